@@ -1,0 +1,46 @@
+#include "common.h"
+
+namespace torch_cudnn_algo {
+
+const char* direction_name(Direction direction) {
+  switch (direction) {
+    case Direction::kForward:
+      return "fwd";
+    case Direction::kBackwardData:
+      return "bwd_data";
+    case Direction::kBackwardFilter:
+      return "bwd_filter";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown direction ", static_cast<int>(direction));
+}
+
+const char* direction_flag_name(Direction direction) {
+  switch (direction) {
+    case Direction::kForward:
+      return "conv_fwd_algo";
+    case Direction::kBackwardData:
+      return "conv_bwd_data_algo";
+    case Direction::kBackwardFilter:
+      return "conv_bwd_filter_algo";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown direction ", static_cast<int>(direction));
+}
+
+Direction parse_direction(const std::string& name) {
+  for (int i = 0; i < kNumDirections; ++i) {
+    const auto direction = static_cast<Direction>(i);
+    if (name == direction_name(direction)) {
+      return direction;
+    }
+  }
+  TORCH_CHECK_VALUE(false, "torch_cudnn_algo: unknown direction '", name,
+                    "'; valid directions are 'fwd', 'bwd_data', 'bwd_filter'");
+}
+
+void warn_user(const std::string& message) {
+  c10::warn(c10::Warning(c10::UserWarning(),
+                         c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                         message, /*verbatim=*/true));
+}
+
+}  // namespace torch_cudnn_algo

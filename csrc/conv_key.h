@@ -1,0 +1,94 @@
+// ConvKey: the complete description of one cuDNN convolution problem, used as
+// the plan-cache key and to explain a refusal (parameters + Python repro).
+//
+// The geometry is always that of the cuDNN *forward* problem x (*) w = y, whatever
+// direction runs on it; tensors are described in the memory format the runner
+// hands to cuDNN (packed, canonical strides).
+#pragma once
+
+#include "common.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace torch_cudnn_algo {
+
+constexpr int kMaxDims = 5;         // N, C, D, H, W
+constexpr int kMaxSpatialDims = 3;  // D, H, W
+
+// Plain old data: zero-filled on construction so bytewise hash/equality are exact.
+struct ConvKey {
+  ConvKey();
+
+  int8_t direction;     // Direction
+  int8_t dtype;         // at::ScalarType
+  int8_t memory_format; // at::MemoryFormat of x, w and y
+  int8_t dim;           // 4 or 5
+  int8_t device;
+  bool allow_tf32;
+  bool deterministic;
+  int8_t pad_ = 0;
+  int32_t algo;         // legacy enum value of the pinned algorithm
+  int64_t groups;
+  std::array<int64_t, kMaxDims> input_sizes;
+  std::array<int64_t, kMaxDims> weight_sizes;
+  std::array<int64_t, kMaxDims> output_sizes;
+  std::array<int64_t, kMaxSpatialDims> padding;
+  std::array<int64_t, kMaxSpatialDims> stride;
+  std::array<int64_t, kMaxSpatialDims> dilation;
+
+  Direction dir() const { return static_cast<Direction>(direction); }
+  at::ScalarType scalar_type() const { return static_cast<at::ScalarType>(dtype); }
+  at::MemoryFormat format() const { return static_cast<at::MemoryFormat>(memory_format); }
+  at::IntArrayRef input() const { return {input_sizes.data(), static_cast<size_t>(dim)}; }
+  at::IntArrayRef weight() const { return {weight_sizes.data(), static_cast<size_t>(dim)}; }
+  at::IntArrayRef output() const { return {output_sizes.data(), static_cast<size_t>(dim)}; }
+
+  bool operator==(const ConvKey& other) const;
+};
+
+struct ConvKeyHash {
+  size_t operator()(const ConvKey& key) const;
+};
+
+// Validates a forward convolution call *before anything is computed from it*:
+// dimensionality, argument-list lengths (stock crashes with SIGFPE on a wrong
+// length), positive strides/dilations, channel/group consistency, devices, dtypes,
+// and that the kernel fits the padded input. Raises a clear error otherwise.
+void check_conv_arguments(const at::Tensor& input, const at::Tensor& weight,
+                          at::IntArrayRef padding, at::IntArrayRef stride,
+                          at::IntArrayRef dilation, int64_t groups);
+
+// Output sizes of the forward convolution (arguments already checked).
+std::array<int64_t, kMaxDims> conv_output_sizes(at::IntArrayRef input, at::IntArrayRef weight,
+                                                at::IntArrayRef padding, at::IntArrayRef stride,
+                                                at::IntArrayRef dilation);
+
+// The layout stock PyTorch gives a cuDNN convolution's output: channels-last
+// (2d or 3d) when input or weight is, never for float64.
+at::MemoryFormat stock_conv_memory_format(const at::Tensor& input, const at::Tensor& weight);
+
+// Packed strides of `sizes` in `format`.
+c10::DimVector canonical_strides(at::IntArrayRef sizes, at::MemoryFormat format);
+
+// `t` laid out as cuDNN wants it: contiguous in `format` with canonical strides
+// (size-1 dimensions can carry any stride after .contiguous()). No copy if `t`
+// already is.
+at::Tensor as_canonical(const at::Tensor& t, at::MemoryFormat format);
+
+// Key for a 4-d/5-d forward problem; arguments must have passed check_conv_arguments.
+ConvKey make_conv_key(Direction direction, int algo, const at::Tensor& input,
+                      const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
+                      at::IntArrayRef dilation, int64_t groups, bool deterministic,
+                      bool allow_tf32, at::MemoryFormat format);
+
+// "conv2d: input [8, 64, 56, 56] float16 channels_last, weight [64, 64, 3, 3], ..."
+std::string describe_conv(const ConvKey& key);
+
+// A self-contained Python snippet reproducing the call with the pinned choice.
+std::string python_repro(const ConvKey& key, bool strict);
+
+}  // namespace torch_cudnn_algo

@@ -1,0 +1,286 @@
+#include "legacy_runner.h"
+
+#include "legacy_algorithms.h"
+
+#include <ATen/cudnn/Handle.h>
+#include <ATen/cudnn/Types.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+
+namespace torch_cudnn_algo {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+std::array<int, kMaxDims> to_int(at::IntArrayRef values) {
+  std::array<int, kMaxDims> out{};
+  for (size_t i = 0; i < values.size(); ++i) {
+    out[i] = static_cast<int>(values[i]);
+  }
+  return out;
+}
+
+// The legacy API describes tensors with 32-bit sizes and strides.
+bool fits_int32(const ConvKey& key) {
+  for (const auto sizes : {key.input(), key.weight(), key.output()}) {
+    if (c10::multiply_integers(sizes) > kInt32Max) return false;
+  }
+  return true;
+}
+
+void set_tensor_desc(at::native::TensorDescriptor& desc, cudnnDataType_t dtype,
+                     at::IntArrayRef sizes, at::MemoryFormat format) {
+  const auto sizes32 = to_int(sizes);
+  const auto strides32 = to_int(canonical_strides(sizes, format));
+  TORCH_CUDNN_ALGO_CHECK(cudnnSetTensorNdDescriptor(desc.mut_desc(), dtype,
+                                                    static_cast<int>(sizes.size()),
+                                                    sizes32.data(), strides32.data()));
+}
+
+void set_filter_desc(at::native::FilterDescriptor& desc, cudnnDataType_t dtype,
+                     at::IntArrayRef sizes, at::MemoryFormat format) {
+  // For filters, cuDNN's NHWC also means NDHWC for 5-d.
+  const cudnnTensorFormat_t filter_format =
+      format == at::MemoryFormat::Contiguous ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
+  const auto sizes32 = to_int(sizes);
+  TORCH_CUDNN_ALGO_CHECK(cudnnSetFilterNdDescriptor(desc.mut_desc(), dtype, filter_format,
+                                                    static_cast<int>(sizes.size()),
+                                                    sizes32.data()));
+}
+
+// Math type set on the descriptor, so the pinned algorithm computes what the user
+// allowed: fp32 uses TF32 tensor cores only when allow_tf32 is on (FMA otherwise);
+// fp16/bf16 may use tensor cores but never down-convert.
+cudnnMathType_t math_type(const ConvKey& key) {
+  switch (key.scalar_type()) {
+    case at::kHalf:
+    case at::kBFloat16:
+      return CUDNN_TENSOR_OP_MATH;
+    case at::kFloat:
+      return key.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    default:
+      return CUDNN_DEFAULT_MATH;
+  }
+}
+
+void set_conv_desc(at::native::ConvolutionDescriptor& desc, const ConvKey& key) {
+  const int spatial = key.dim - 2;
+  std::array<int, kMaxSpatialDims> padding{}, stride{}, dilation{};
+  for (int i = 0; i < spatial; ++i) {
+    padding[i] = static_cast<int>(key.padding[i]);
+    stride[i] = static_cast<int>(key.stride[i]);
+    dilation[i] = static_cast<int>(key.dilation[i]);
+  }
+  // Half and bfloat16 accumulate in float (cuDNN's PSEUDO_HALF/PSEUDO_BFLOAT16 configs).
+  const cudnnDataType_t compute =
+      key.scalar_type() == at::kDouble ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  TORCH_CUDNN_ALGO_CHECK(cudnnSetConvolutionNdDescriptor(desc.mut_desc(), spatial, padding.data(),
+                                                         stride.data(), dilation.data(),
+                                                         CUDNN_CROSS_CORRELATION, compute));
+  TORCH_CUDNN_ALGO_CHECK(
+      cudnnSetConvolutionGroupCount(desc.mut_desc(), static_cast<int>(key.groups)));
+  TORCH_CUDNN_ALGO_CHECK(cudnnSetConvolutionMathType(desc.mut_desc(), math_type(key)));
+}
+
+cudnnHandle_t current_handle() {
+  cudnnHandle_t handle = at::native::getCudnnHandle();
+  TORCH_CUDNN_ALGO_CHECK(cudnnSetStream(handle, c10::cuda::getCurrentCUDAStream()));
+  return handle;
+}
+
+// Name of the workspace query of a direction, for error messages.
+const char* workspace_query_name(Direction direction) {
+  switch (direction) {
+    case Direction::kForward:
+      return "cudnnGetConvolutionForwardWorkspaceSize";
+    case Direction::kBackwardData:
+      return "cudnnGetConvolutionBackwardDataWorkspaceSize";
+    case Direction::kBackwardFilter:
+      return "cudnnGetConvolutionBackwardFilterWorkspaceSize";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown direction");
+}
+
+cudnnStatus_t query_workspace(cudnnHandle_t handle, const LegacyPlan& plan, int algo,
+                              size_t* bytes) {
+  switch (plan.key.dir()) {
+    case Direction::kForward:
+      return cudnnGetConvolutionForwardWorkspaceSize(
+          handle, plan.x_desc.desc(), plan.w_desc.desc(), plan.conv_desc.desc(),
+          plan.y_desc.desc(), static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+    case Direction::kBackwardData:
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(
+          handle, plan.w_desc.desc(), plan.y_desc.desc(), plan.conv_desc.desc(),
+          plan.x_desc.desc(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+    case Direction::kBackwardFilter:
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          handle, plan.x_desc.desc(), plan.y_desc.desc(), plan.conv_desc.desc(),
+          plan.w_desc.desc(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown direction");
+}
+
+// Asks cuDNN whether `algo` supports the plan's problem: NOT_SUPPORTED means
+// "cannot run"; any other failure is a bug worth surfacing.
+std::optional<size_t> supported_workspace(cudnnHandle_t handle, const LegacyPlan& plan,
+                                          int algo) {
+  size_t bytes = 0;
+  const cudnnStatus_t status = query_workspace(handle, plan, algo, &bytes);
+  if (status == CUDNN_STATUS_SUCCESS) return bytes;
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) return std::nullopt;
+  TORCH_CHECK(false, "torch_cudnn_algo: ", workspace_query_name(plan.key.dir()),
+              "(algo=", algo, ") returned ", cudnnGetErrorString(status), " for ",
+              describe_conv(plan.key));
+}
+
+std::shared_ptr<LegacyPlan> build_plan(const ConvKey& key) {
+  auto plan = std::make_shared<LegacyPlan>();
+  plan->key = key;
+  const Direction direction = key.dir();
+  TORCH_INTERNAL_ASSERT(legacy_algo_is_implemented(direction, key.algo));
+  if (!fits_int32(key)) {
+    plan->refusal =
+        "a tensor has more than 2^31-1 elements, beyond cuDNN's 32-bit legacy descriptors";
+    return plan;
+  }
+  const cudnnDataType_t dtype = at::native::getCudnnDataTypeFromScalarType(key.scalar_type());
+  set_tensor_desc(plan->x_desc, dtype, key.input(), key.format());
+  set_filter_desc(plan->w_desc, dtype, key.weight(), key.format());
+  set_tensor_desc(plan->y_desc, dtype, key.output(), key.format());
+  set_conv_desc(plan->conv_desc, key);
+
+  const cudnnHandle_t handle = current_handle();
+  if (key.deterministic && !legacy_algo_is_deterministic(direction, key.algo)) {
+    plan->refusal =
+        "it is non-deterministic and deterministic algorithms are required "
+        "(torch.backends.cudnn.deterministic or torch.use_deterministic_algorithms)";
+  } else if (const auto bytes = supported_workspace(handle, *plan, key.algo)) {
+    plan->workspace_bytes = *bytes;
+    return plan;
+  } else {
+    plan->refusal = std::string("cuDNN does not support it for this convolution (") +
+                    workspace_query_name(direction) + " returned CUDNN_STATUS_NOT_SUPPORTED)";
+  }
+  for (int algo = 0; algo < legacy_algo_count(direction); ++algo) {
+    if (legacy_algo_is_implemented(direction, algo) &&
+        (!key.deterministic || legacy_algo_is_deterministic(direction, algo)) &&
+        supported_workspace(handle, *plan, algo)) {
+      plan->runnable_algos.push_back(algo);
+    }
+  }
+  return plan;
+}
+
+// Process-lifetime cache. Deliberately leaked: destroying cuDNN descriptors from a
+// static destructor can run after cuDNN itself was unloaded.
+struct PlanCache {
+  std::mutex mutex;
+  std::unordered_map<ConvKey, std::shared_ptr<const LegacyPlan>, ConvKeyHash> plans;
+};
+
+PlanCache& plan_cache() {
+  static auto* cache = new PlanCache();
+  return *cache;
+}
+
+// cuDNN's scaling factors are host values of the compute type.
+struct Scaling {
+  explicit Scaling(at::ScalarType dtype) : is_double(dtype == at::kDouble) {}
+  const void* one() const { return is_double ? static_cast<const void*>(&one_d) : &one_f; }
+  const void* zero() const { return is_double ? static_cast<const void*>(&zero_d) : &zero_f; }
+  bool is_double;
+  float one_f = 1.f, zero_f = 0.f;
+  double one_d = 1.0, zero_d = 0.0;
+};
+
+c10::DataPtr allocate_workspace(const LegacyPlan& plan) {
+  return c10::cuda::CUDACachingAllocator::get()->allocate(plan.workspace_bytes);
+}
+
+void check_runnable(const LegacyPlan& plan, Direction direction) {
+  TORCH_INTERNAL_ASSERT(plan.refusal.empty(), "running a refused plan: ", plan.refusal);
+  TORCH_INTERNAL_ASSERT(plan.key.dir() == direction);
+}
+
+}  // namespace
+
+std::shared_ptr<const LegacyPlan> get_legacy_plan(const ConvKey& key, bool* created) {
+  auto& cache = plan_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    const auto it = cache.plans.find(key);
+    if (it != cache.plans.end()) {
+      *created = false;
+      return it->second;
+    }
+  }
+  // Built outside the lock: cuDNN queries must not serialize unrelated threads.
+  std::shared_ptr<const LegacyPlan> plan = build_plan(key);
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  const auto [it, inserted] = cache.plans.emplace(key, std::move(plan));
+  *created = inserted;
+  return it->second;
+}
+
+void clear_legacy_plans() {
+  auto& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.plans.clear();
+}
+
+size_t legacy_plan_count() {
+  auto& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  return cache.plans.size();
+}
+
+std::optional<size_t> legacy_workspace_size(const ConvKey& key) {
+  auto plan = build_plan(key);
+  if (!plan->refusal.empty()) return std::nullopt;
+  return plan->workspace_bytes;
+}
+
+void run_legacy_forward(const LegacyPlan& plan, const at::Tensor& x, const at::Tensor& w,
+                        const at::Tensor& y) {
+  check_runnable(plan, Direction::kForward);
+  const cudnnHandle_t handle = current_handle();
+  const c10::DataPtr workspace = allocate_workspace(plan);
+  const Scaling scaling(plan.key.scalar_type());
+  TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionForward(
+      handle, scaling.one(), plan.x_desc.desc(), x.const_data_ptr(), plan.w_desc.desc(),
+      w.const_data_ptr(), plan.conv_desc.desc(),
+      static_cast<cudnnConvolutionFwdAlgo_t>(plan.key.algo), workspace.get(),
+      plan.workspace_bytes, scaling.zero(), plan.y_desc.desc(), y.data_ptr()));
+}
+
+void run_legacy_backward_data(const LegacyPlan& plan, const at::Tensor& dy, const at::Tensor& w,
+                              const at::Tensor& dx) {
+  check_runnable(plan, Direction::kBackwardData);
+  const cudnnHandle_t handle = current_handle();
+  const c10::DataPtr workspace = allocate_workspace(plan);
+  const Scaling scaling(plan.key.scalar_type());
+  TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionBackwardData(
+      handle, scaling.one(), plan.w_desc.desc(), w.const_data_ptr(), plan.y_desc.desc(),
+      dy.const_data_ptr(), plan.conv_desc.desc(),
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.key.algo), workspace.get(),
+      plan.workspace_bytes, scaling.zero(), plan.x_desc.desc(), dx.data_ptr()));
+}
+
+void run_legacy_backward_filter(const LegacyPlan& plan, const at::Tensor& x,
+                                const at::Tensor& dy, const at::Tensor& dw) {
+  check_runnable(plan, Direction::kBackwardFilter);
+  const cudnnHandle_t handle = current_handle();
+  const c10::DataPtr workspace = allocate_workspace(plan);
+  const Scaling scaling(plan.key.scalar_type());
+  TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionBackwardFilter(
+      handle, scaling.one(), plan.x_desc.desc(), x.const_data_ptr(), plan.y_desc.desc(),
+      dy.const_data_ptr(), plan.conv_desc.desc(),
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.key.algo), workspace.get(),
+      plan.workspace_bytes, scaling.zero(), plan.w_desc.desc(), dw.data_ptr()));
+}
+
+}  // namespace torch_cudnn_algo

@@ -1,0 +1,94 @@
+// Control surface of the extension, as torch.ops.torch_cudnn_algo.* operators.
+// The Python package wraps these; they are not meant to be called directly.
+#include "common.h"
+#include "conv_key.h"
+#include "legacy_algorithms.h"
+#include "legacy_runner.h"
+#include "overrides.h"
+#include "selection.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+namespace torch_cudnn_algo {
+namespace {
+
+void set_legacy_algo(const std::string& direction, int64_t algo) {
+  TORCH_CHECK_VALUE(algo >= kNoChoice && algo < 1024, "torch_cudnn_algo: algorithm ", algo,
+                    " is out of range");
+  set_pinned_legacy_algo(parse_direction(direction), static_cast<int>(algo));
+}
+
+int64_t get_legacy_algo(const std::string& direction) {
+  return pinned_legacy_algo(parse_direction(direction));
+}
+
+void set_strict(bool strict) {
+  set_strict_mode(strict);
+}
+
+bool get_strict() {
+  return strict_mode();
+}
+
+std::vector<std::string> get_legacy_algo_names(const std::string& direction) {
+  return legacy_algo_names(parse_direction(direction));
+}
+
+std::vector<std::string> get_active_overrides() {
+  return registered_override_names();
+}
+
+void clear_plan_cache() {
+  clear_legacy_plans();
+}
+
+int64_t plan_cache_size() {
+  return static_cast<int64_t>(legacy_plan_count());
+}
+
+// Workspace bytes `algo` needs for this convolution, or -1 when cuDNN does not
+// support it. Queries cuDNN only; executes nothing.
+int64_t legacy_workspace_size_op(const std::string& direction, const at::Tensor& input,
+                                 const at::Tensor& weight, at::IntArrayRef padding,
+                                 at::IntArrayRef stride, at::IntArrayRef dilation,
+                                 int64_t groups, bool allow_tf32, int64_t algo) {
+  const Direction dir = parse_direction(direction);
+  TORCH_CHECK_VALUE(algo >= 0 && algo < legacy_algo_count(dir), "torch_cudnn_algo: ",
+                    direction, " legacy algorithm must be in [0, ", legacy_algo_count(dir),
+                    "), got ", algo);
+  check_conv_arguments(input, weight, padding, stride, dilation, groups);
+  TORCH_CHECK(input.is_cuda(), "torch_cudnn_algo: legacy_workspace_size needs CUDA tensors");
+  TORCH_CHECK(input.dim() != 3, "torch_cudnn_algo: describe a 1-d convolution as 2-d [N, C, 1, L]");
+  if (!legacy_algo_is_implemented(dir, static_cast<int>(algo))) return -1;
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  const ConvKey key = make_conv_key(dir, static_cast<int>(algo), input, weight, padding, stride,
+                                    dilation, groups, /*deterministic=*/false, allow_tf32,
+                                    stock_conv_memory_format(input, weight));
+  const auto bytes = legacy_workspace_size(key);
+  return bytes ? static_cast<int64_t>(*bytes) : -1;
+}
+
+int64_t cudnn_runtime_version() {
+  return static_cast<int64_t>(cudnnGetVersion());
+}
+
+}  // namespace
+
+TORCH_LIBRARY(torch_cudnn_algo, m) {
+  m.def("set_legacy_algo(str direction, int algo) -> ()", &set_legacy_algo);
+  m.def("get_legacy_algo(str direction) -> int", &get_legacy_algo);
+  m.def("set_strict(bool strict) -> ()", &set_strict);
+  m.def("get_strict() -> bool", &get_strict);
+  m.def("legacy_algo_names(str direction) -> str[]", &get_legacy_algo_names);
+  m.def("active_overrides() -> str[]", &get_active_overrides);
+  m.def("clear_plan_cache() -> ()", &clear_plan_cache);
+  m.def("plan_cache_size() -> int", &plan_cache_size);
+  m.def(
+      "legacy_workspace_size(str direction, Tensor input, Tensor weight, int[] padding, "
+      "int[] stride, int[] dilation, int groups, bool allow_tf32, int algo) -> int",
+      &legacy_workspace_size_op);
+  m.def("cudnn_runtime_version() -> int", &cudnn_runtime_version);
+}
+
+}  // namespace torch_cudnn_algo

@@ -1,0 +1,92 @@
+#include "overrides.h"
+
+#include "selection.h"
+
+#include <torch/library.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+
+namespace torch_cudnn_algo {
+namespace {
+
+// Swallows the dispatcher's "Overriding a previously registered kernel" warning
+// (replacing the kernel is the point; we log our own line) and forwards the rest.
+class OverrideWarningFilter : public c10::WarningHandler {
+ public:
+  explicit OverrideWarningFilter(c10::WarningHandler* next) : next_(next) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("Overriding a previously registered kernel") != std::string::npos) {
+      return;
+    }
+    next_->process(warning);
+  }
+
+ private:
+  c10::WarningHandler* next_;
+};
+
+struct Override {
+  const char* op_name;
+  bool (*needed)();
+  void (*register_kernel)(torch::Library&);
+  std::unique_ptr<torch::Library> library;  // non-null while registered
+};
+
+bool forward_pinned() {
+  return pinned_legacy_algo(Direction::kForward) != kNoChoice;
+}
+
+// Leaked on purpose: a torch::Library destroyed by a static destructor may
+// deregister from an already-destroyed dispatcher.
+std::array<Override, 1>& overrides() {
+  static auto* table = new std::array<Override, 1>{
+      Override{"aten::cudnn_convolution", &forward_pinned, &register_forward_override, nullptr},
+  };
+  return *table;
+}
+
+std::unique_ptr<torch::Library> make_cuda_library(const Override& entry) {
+  OverrideWarningFilter filter(c10::WarningUtils::get_warning_handler());
+  c10::WarningUtils::WarningHandlerGuard guard(&filter);
+  auto library = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", std::make_optional(c10::DispatchKey::CUDA), __FILE__,
+      __LINE__);
+  entry.register_kernel(*library);
+  return library;
+}
+
+// Guards the `library` members of the table.
+std::mutex g_overrides_mutex;
+
+}  // namespace
+
+std::vector<std::string> sync_overrides() {
+  std::lock_guard<std::mutex> lock(g_overrides_mutex);
+  std::vector<std::string> log_lines;
+  for (auto& entry : overrides()) {
+    const bool needed = entry.needed();
+    if (needed && !entry.library) {
+      entry.library = make_cuda_library(entry);
+      log_lines.push_back(std::string("registered override of ") + entry.op_name +
+                          " (CUDA) for the pinned algorithm");
+    } else if (!needed && entry.library) {
+      entry.library.reset();
+      log_lines.push_back(std::string("removed override of ") + entry.op_name +
+                          "; ATen's kernel is back");
+    }
+  }
+  return log_lines;
+}
+
+std::vector<std::string> registered_override_names() {
+  std::lock_guard<std::mutex> lock(g_overrides_mutex);
+  std::vector<std::string> names;
+  for (const auto& entry : overrides()) {
+    if (entry.library) names.emplace_back(entry.op_name);
+  }
+  return names;
+}
+
+}  // namespace torch_cudnn_algo

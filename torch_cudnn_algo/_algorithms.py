@@ -1,0 +1,146 @@
+"""cuDNN's legacy convolution algorithms and the parsing of flag values naming them.
+
+Pure Python (no extension, no GPU) so flag validation works, and is tested,
+everywhere. The C++ side carries the same table for its messages; a test checks
+the two agree.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "DIRECTIONS",
+    "LegacyDirection",
+    "NotAvailableYetError",
+    "parse_algo_value",
+]
+
+
+class NotAvailableYetError(ValueError, NotImplementedError):
+    """A documented flag value whose implementation has not landed in this version."""
+
+
+@dataclass(frozen=True)
+class LegacyDirection:
+    """One cuDNN convolution direction and its legacy algorithm enum."""
+
+    key: str  # "fwd", "bwd_data", "bwd_filter": the extension's spelling
+    flag: str  # the torch.backends.cudnn attribute
+    enum_prefix: str  # cuDNN's enum prefix, accepted (optionally) in names
+    names: tuple[str, ...]  # indexed by enum value
+    unimplemented: frozenset[int] = frozenset()  # in the enum, never implemented by cuDNN
+    nondeterministic: frozenset[int] = frozenset()
+
+    def describe(self, algo: int) -> str:
+        return f"{algo} ({self.names[algo]})"
+
+    def valid_values_text(self) -> str:
+        usable = [self.describe(i) for i in range(len(self.names)) if i not in self.unimplemented]
+        return (
+            f"None, an int or a name among {', '.join(usable)} (names are case-insensitive and may "
+            f"carry the {self.enum_prefix} prefix)"
+        )
+
+
+FORWARD = LegacyDirection(
+    key="fwd",
+    flag="conv_fwd_algo",
+    enum_prefix="CUDNN_CONVOLUTION_FWD_ALGO_",
+    names=(
+        "IMPLICIT_GEMM",
+        "IMPLICIT_PRECOMP_GEMM",
+        "GEMM",
+        "DIRECT",
+        "FFT",
+        "FFT_TILING",
+        "WINOGRAD",
+        "WINOGRAD_NONFUSED",
+    ),
+)
+BACKWARD_DATA = LegacyDirection(
+    key="bwd_data",
+    flag="conv_bwd_data_algo",
+    enum_prefix="CUDNN_CONVOLUTION_BWD_DATA_ALGO_",
+    names=("ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"),
+    nondeterministic=frozenset({0}),
+)
+BACKWARD_FILTER = LegacyDirection(
+    key="bwd_filter",
+    flag="conv_bwd_filter_algo",
+    enum_prefix="CUDNN_CONVOLUTION_BWD_FILTER_ALGO_",
+    names=("ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"),
+    unimplemented=frozenset({4}),
+    nondeterministic=frozenset({0, 3}),
+)
+
+DIRECTIONS: dict[str, LegacyDirection] = {d.key: d for d in (FORWARD, BACKWARD_DATA, BACKWARD_FILTER)}
+
+# cuDNN graph-API engine configuration names: "eng62" or "eng62_k2=1_k13=1".
+_ENGINE_NAME = re.compile(r"eng\d+(_k\d+=-?\d+)*", re.IGNORECASE)
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _check_index(direction: LegacyDirection, algo: int) -> int:
+    if not 0 <= algo < len(direction.names):
+        raise ValueError(
+            f"torch.backends.cudnn.{direction.flag}: {algo} is out of range; valid values are "
+            f"{direction.valid_values_text()}"
+        )
+    if algo in direction.unimplemented:
+        raise ValueError(
+            f"torch.backends.cudnn.{direction.flag}: {direction.describe(algo)} is in cuDNN's enum "
+            f"but not implemented by cuDNN; valid values are {direction.valid_values_text()}"
+        )
+    return algo
+
+
+def parse_algo_value(direction: LegacyDirection, value: object) -> int | None:
+    """Canonical form of a value assigned to a direction's flag.
+
+    Returns ``None`` (stock PyTorch) or the legacy enum value. Raises ``ValueError``
+    naming the valid values for anything else; engine names and the ``"fastest"``
+    policy raise :class:`NotAvailableYetError` until their implementation lands.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(
+            f"torch.backends.cudnn.{direction.flag} does not take a bool ({value!r}); valid values "
+            f"are {direction.valid_values_text()}"
+        )
+    if isinstance(value, str):
+        text = value.strip()
+        if _INTEGER.fullmatch(text):
+            return _check_index(direction, int(text))
+        name = text.upper()
+        if name.startswith(direction.enum_prefix):
+            name = name[len(direction.enum_prefix) :]
+        if name in direction.names:
+            return _check_index(direction, direction.names.index(name))
+        if _ENGINE_NAME.fullmatch(text):
+            raise NotAvailableYetError(
+                f"torch.backends.cudnn.{direction.flag} = {value!r}: cuDNN engine configuration "
+                "names are not available yet in this version of torch_cudnn_algo; use a legacy "
+                f"algorithm: {direction.valid_values_text()}"
+            )
+        if text.lower() == "fastest":
+            raise NotAvailableYetError(
+                f"torch.backends.cudnn.{direction.flag} = 'fastest': the profiling policy is not "
+                "available yet in this version of torch_cudnn_algo; use a legacy algorithm: "
+                f"{direction.valid_values_text()}"
+            )
+        raise ValueError(
+            f"torch.backends.cudnn.{direction.flag}: unknown algorithm {value!r}; valid values are "
+            f"{direction.valid_values_text()}"
+        )
+    try:
+        algo = operator.index(value)  # int, numpy integers, ...
+    except TypeError:
+        raise ValueError(
+            f"torch.backends.cudnn.{direction.flag} does not take a {type(value).__name__} "
+            f"({value!r}); valid values are {direction.valid_values_text()}"
+        ) from None
+    return _check_index(direction, algo)

@@ -1,0 +1,99 @@
+"""Read-only questions to the extension: what is registered, what cuDNN supports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import _extension
+from ._algorithms import DIRECTIONS, LegacyDirection
+
+__all__ = [
+    "active_overrides",
+    "clear_cache",
+    "cudnn_version",
+    "legacy_algorithm_names",
+    "legacy_workspace_sizes",
+]
+
+IntOrSequence = int | Sequence[int]
+
+
+def _direction(direction: str) -> LegacyDirection:
+    try:
+        return DIRECTIONS[direction]
+    except KeyError:
+        raise ValueError(
+            f"unknown direction {direction!r}; valid directions are {', '.join(DIRECTIONS)}"
+        ) from None
+
+
+def active_overrides() -> list[str]:
+    """ATen operators this extension currently overrides (empty when nothing is pinned)."""
+    return list(_extension.ops().active_overrides())
+
+
+def clear_cache() -> None:
+    """Forgets every cached plan: the next call per configuration rebuilds it and
+    logs (or warns) again."""
+    _extension.ops().clear_plan_cache()
+
+
+def cudnn_version() -> int:
+    """cuDNN version loaded in this process, e.g. 91900."""
+    return int(_extension.ops().cudnn_runtime_version())
+
+
+def legacy_algorithm_names(direction: str = "fwd") -> list[str]:
+    """Names of a direction's legacy algorithms, indexed by enum value."""
+    return list(_direction(direction).names)
+
+
+def _expand(name: str, value: IntOrSequence, spatial_dims: int) -> list[int]:
+    values = [int(value)] * spatial_dims if isinstance(value, int) else [int(v) for v in value]
+    if len(values) != spatial_dims:
+        raise ValueError(f"{name} must be an int or {spatial_dims} ints, got {value!r}")
+    return values
+
+
+def legacy_workspace_sizes(
+    direction: str,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    stride: IntOrSequence = 1,
+    padding: IntOrSequence = 0,
+    dilation: IntOrSequence = 1,
+    groups: int = 1,
+    allow_tf32: bool | None = None,
+) -> dict[int, int | None]:
+    """Workspace bytes each legacy algorithm of ``direction`` asks for on this
+    convolution, ``None`` where cuDNN does not support it. Nothing is executed.
+
+    ``input`` and ``weight`` are CUDA tensors shaped as for ``torch.nn.functional.convNd``
+    (their memory format chooses NCHW or NHWC as PyTorch would); ``allow_tf32``
+    defaults to ``torch.backends.cudnn.allow_tf32``.
+    """
+    spec = _direction(direction)
+    if input.dim() == 3:  # conv1d reaches cuDNN as the 2-d problem [N, C, 1, L]
+        input, weight = input.unsqueeze(2), weight.unsqueeze(2)
+        stride, padding, dilation = (
+            [1] + _expand("stride", stride, 1),
+            [0] + _expand("padding", padding, 1),
+            [1] + _expand("dilation", dilation, 1),
+        )
+    spatial = input.dim() - 2
+    args = (
+        _expand("padding", padding, spatial),
+        _expand("stride", stride, spatial),
+        _expand("dilation", dilation, spatial),
+    )
+    if allow_tf32 is None:
+        allow_tf32 = torch.backends.cudnn.allow_tf32
+    ops = _extension.ops()
+    sizes: dict[int, int | None] = {}
+    for algo in range(len(spec.names)):
+        bytes_ = ops.legacy_workspace_size(spec.key, input, weight, *args, groups, allow_tf32, algo)
+        sizes[algo] = None if bytes_ < 0 else int(bytes_)
+    return sizes
