@@ -1,0 +1,36 @@
+"""Shared pytest setup: the ``gpu`` marker skips cleanly where CUDA/cuDNN is absent,
+and every test starts and ends with every flag back at its default."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_cudnn_algo
+from torch_cudnn_algo import _flags
+
+HAS_GPU = torch.cuda.is_available() and torch.backends.cudnn.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU with cuDNN")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _default_flags():
+    """Flags at their defaults and caches empty around every test."""
+
+    def reset() -> None:
+        for name, flag in _flags.FLAGS.items():
+            _flags.set_flag(name, flag.default)
+        if torch_cudnn_algo.is_available():
+            torch_cudnn_algo.clear_cache()
+
+    reset()
+    yield
+    reset()

@@ -1,0 +1,103 @@
+"""Convolution forms, dtypes and layouts the GPU tests sweep, with an independent
+float64 CPU reference and the tolerance each dtype implies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class ConvForm:
+    name: str
+    input_shape: tuple[int, ...]
+    weight_shape: tuple[int, ...]
+    stride: int = 1
+    padding: int = 0
+    dilation: int = 1
+    groups: int = 1
+
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.input_shape) - 2
+
+    def conv(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[self.spatial_dims]
+        return fn(x, w, stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+
+    def kwargs(self) -> dict[str, int]:
+        return dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+
+
+FORMS = [
+    ConvForm("conv1d", (2, 8, 37), (16, 8, 3), padding=1),
+    ConvForm("conv2d_3x3", (2, 8, 17, 19), (16, 8, 3, 3), padding=1),
+    ConvForm("conv2d_stride2", (2, 8, 17, 19), (16, 8, 3, 3), stride=2),
+    ConvForm("conv2d_dilation2", (2, 8, 17, 19), (16, 8, 3, 3), padding=2, dilation=2),
+    ConvForm("conv2d_groups2", (2, 8, 17, 19), (16, 4, 3, 3), padding=1, groups=2),
+    ConvForm("conv2d_depthwise", (2, 8, 17, 19), (8, 1, 3, 3), padding=1, groups=8),
+    ConvForm("conv2d_1x1", (2, 8, 17, 19), (16, 8, 1, 1)),
+    ConvForm("conv2d_5x5", (2, 8, 32, 32), (16, 8, 5, 5), padding=2),
+    ConvForm("conv3d", (2, 4, 7, 8, 9), (8, 4, 3, 3, 3), padding=1),
+    ConvForm("conv3d_stride2", (2, 4, 9, 8, 9), (8, 4, 3, 3, 3), stride=2, padding=1),
+]
+
+
+@dataclass(frozen=True)
+class DtypeCase:
+    name: str
+    dtype: torch.dtype
+    allow_tf32: bool
+    # Relative Frobenius error allowed against the float64 reference.
+    tolerance: float
+
+
+DTYPES = [
+    DtypeCase("float32", torch.float32, allow_tf32=False, tolerance=2e-5),
+    DtypeCase("float32_tf32", torch.float32, allow_tf32=True, tolerance=5e-3),
+    DtypeCase("float16", torch.float16, allow_tf32=False, tolerance=5e-3),
+    DtypeCase("bfloat16", torch.bfloat16, allow_tf32=False, tolerance=3e-2),
+    DtypeCase("float64", torch.float64, allow_tf32=False, tolerance=1e-10),
+]
+
+LAYOUTS = ["contiguous", "channels_last"]
+
+
+def memory_format(layout: str, spatial_dims: int) -> torch.memory_format | None:
+    """None when the layout does not exist for this rank (channels-last 1-d)."""
+    if layout == "contiguous":
+        return torch.contiguous_format
+    return {2: torch.channels_last, 3: torch.channels_last_3d}.get(spatial_dims)
+
+
+def make_inputs(form: ConvForm, case: DtypeCase, fmt: torch.memory_format, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(form.input_shape, generator=gen, dtype=torch.float64)
+    w = torch.randn(form.weight_shape, generator=gen, dtype=torch.float64)
+    # Inputs are rounded to the dtype first, so the reference sees the same values.
+    x = x.to(case.dtype).cuda().contiguous(memory_format=fmt)
+    w = w.to(case.dtype).cuda().contiguous(memory_format=fmt)
+    return x, w
+
+
+def reference(form: ConvForm, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """float64 on the CPU: independent of cuDNN and of this package."""
+    return form.conv(x.double().cpu(), w.double().cpu())
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.double().cpu(), expected.double().cpu()
+    if not torch.isfinite(actual).all():
+        return float("inf")
+    return float((actual - expected).norm() / expected.norm().clamp_min(1e-300))
+
+
+def reaches_cudnn(form: ConvForm, x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether stock PyTorch routes this convolution to cuDNN at all."""
+    n = form.spatial_dims
+    backend = torch._C._select_conv_backend(
+        x, w, None, [form.stride] * n, [form.padding] * n, [form.dilation] * n, False, [0] * n, form.groups
+    )
+    return backend == torch._C._ConvBackend.Cudnn
