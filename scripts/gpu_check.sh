@@ -3,6 +3,10 @@
 # demo and the whole test suite, and leave logs under $OUT.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
+# The image exports CXX=/opt/gcc/bin/g++, whose libstdc++ headers are newer than the
+# libstdc++ the process loads (/usr/lib, GCC 13): code built with it crashes in
+# std::ostream. Build with the system compiler that matches the runtime.
+export CXX=/usr/bin/g++ CC=/usr/bin/gcc
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -12,7 +16,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -m pip install --no-build-isolation --no-deps -v . >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 grep -A6 "build configuration" "$OUT/build.log" | head -7
-python3 -m torch_cudnn_algo.demo "$@" 2>&1 | tee "$OUT/demo.log"
+(cd /tmp && python3 -m torch_cudnn_algo.demo "$@" 2>&1) | tee "$OUT/demo.log"
 python3 -m pytest -q -rfEs -p no:cacheprovider --junitxml="$OUT/junit.xml" tests >"$OUT/pytest.log" 2>&1
 status=$?
 tail -60 "$OUT/pytest.log"

@@ -22,8 +22,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _default_flags():
+def _default_flags(request: pytest.FixtureRequest):
     """Flags at their defaults and caches empty around every test."""
+    if "gpu" in request.keywords:
+        # Without the extension the flags are inert and GPU tests would test stock.
+        assert torch_cudnn_algo.is_available(), torch_cudnn_algo.load_error()
 
     def reset() -> None:
         for name, flag in _flags.FLAGS.items():
