@@ -167,7 +167,7 @@ ConvKey make_conv_key(Direction direction, int algo, const at::Tensor& input,
   key.dtype = static_cast<int8_t>(input.scalar_type());
   key.memory_format = static_cast<int8_t>(format);
   key.dim = static_cast<int8_t>(input.dim());
-  key.device = static_cast<int8_t>(input.device().index());
+  key.device = static_cast<int8_t>(std::max<int>(0, input.device().index()));
   key.allow_tf32 = allow_tf32 && input.scalar_type() == at::kFloat;
   key.deterministic = deterministic;
   key.algo = algo;

@@ -10,6 +10,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <tuple>
+
 namespace torch_cudnn_algo {
 namespace {
 
@@ -69,6 +71,22 @@ int64_t legacy_workspace_size_op(const std::string& direction, const at::Tensor&
   return bytes ? static_cast<int64_t>(*bytes) : -1;
 }
 
+// The description and Python repro a refusal would print for this convolution.
+// Needs no GPU: only sizes, dtype and layout are read (meta tensors work).
+std::tuple<std::string, std::string> describe_convolution(
+    const std::string& direction, int64_t algo, const at::Tensor& input, const at::Tensor& weight,
+    at::IntArrayRef padding, at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
+    bool deterministic, bool allow_tf32, bool strict) {
+  const Direction dir = parse_direction(direction);
+  legacy_algo_name(dir, static_cast<int>(algo));  // validates the range
+  check_conv_arguments(input, weight, padding, stride, dilation, groups);
+  TORCH_CHECK_VALUE(input.dim() != 3, "torch_cudnn_algo: describe a 1-d convolution as 2-d [N, C, 1, L]");
+  const ConvKey key = make_conv_key(dir, static_cast<int>(algo), input, weight, padding, stride,
+                                    dilation, groups, deterministic, allow_tf32,
+                                    stock_conv_memory_format(input, weight));
+  return {describe_conv(key), python_repro(key, strict)};
+}
+
 int64_t cudnn_runtime_version() {
   return static_cast<int64_t>(cudnnGetVersion());
 }
@@ -88,6 +106,11 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "legacy_workspace_size(str direction, Tensor input, Tensor weight, int[] padding, "
       "int[] stride, int[] dilation, int groups, bool allow_tf32, int algo) -> int",
       &legacy_workspace_size_op);
+  m.def(
+      "describe_convolution(str direction, int algo, Tensor input, Tensor weight, int[] padding, "
+      "int[] stride, int[] dilation, int groups, bool deterministic, bool allow_tf32, "
+      "bool strict) -> (str, str)",
+      &describe_convolution);
   m.def("cudnn_runtime_version() -> int", &cudnn_runtime_version);
 }
 

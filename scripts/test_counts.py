@@ -20,9 +20,10 @@ def main(path: str) -> None:
             elif child.tag == "skipped":
                 outcome = "skipped"
         totals[outcome] += 1
+        # test_pinned_forward_algorithm[algo3-conv2d_3x3-channels_last-float16]
         match = re.search(r"\[algo\d+-[^-]+-([^-]+)-([^\]]+)\]", case.get("name", ""))
         if match:
-            counts[(match.group(1), match.group(2))][outcome] += 1
+            counts[(match.group(2), match.group(1))][outcome] += 1
     print(f"{'dtype':<14}{'layout':<15}{'passed':>8}{'skipped':>9}{'failed':>8}")
     for (dtype, layout), c in sorted(counts.items()):
         print(f"{dtype:<14}{layout:<15}{c['passed']:>8}{c['skipped']:>9}{c['failed']:>8}")

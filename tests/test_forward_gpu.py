@@ -17,13 +17,14 @@ import torch.nn.functional as F
 import torch_cudnn_algo
 from conv_cases import (
     DTYPES,
-    FORMS,
-    LAYOUTS,
+    form_layouts,
     make_inputs,
     memory_format,
     reaches_cudnn,
     reference,
     relative_error,
+    tolerance,
+    TRANSFORM_FWD_ALGOS,
 )
 
 pytestmark = pytest.mark.gpu
@@ -36,14 +37,12 @@ def refusal_warnings(caught) -> list[str]:
     return [str(w.message) for w in caught if "cannot run this convolution" in str(w.message)]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", DTYPES, ids=lambda c: c.name)
-@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.name)
+@pytest.mark.parametrize("form, layout", form_layouts(), ids=lambda v: getattr(v, "name", v))
 @pytest.mark.parametrize("algo", range(len(FWD_NAMES)), ids=lambda a: f"algo{a}")
-def test_pinned_forward_algorithm(algo, form, case, layout, caplog):
+def test_pinned_forward_algorithm(algo, form, layout, case, caplog):
     fmt = memory_format(layout, form.spatial_dims)
-    if fmt is None:
-        pytest.skip("1-d convolutions have no channels-last layout")
+    tol = tolerance(case, algo)
     seed = hash((algo, form.name, case.name, layout)) % 2**31
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=case.allow_tf32):
         x, w = make_inputs(form, case, fmt, seed)
@@ -62,8 +61,8 @@ def test_pinned_forward_algorithm(algo, form, case, layout, caplog):
         torch.cuda.synchronize()
 
         assert out.shape == stock.shape and out.dtype == stock.dtype
-        assert relative_error(out, expected) <= case.tolerance
-        assert relative_error(out, stock) <= 2 * case.tolerance
+        assert relative_error(out, expected) <= tol
+        assert relative_error(out, stock) <= 2 * tol
         announced = [r.getMessage() for r in caplog.records if r.name == LOGGER]
         if workspace is not None:
             assert not refusal_warnings(caught)
@@ -154,7 +153,8 @@ def test_every_output_element_is_written(algo):
         torch.use_deterministic_algorithms(previous)
         torch.utils.deterministic.fill_uninitialized_memory = fill
     assert torch.isfinite(out).all()
-    assert relative_error(out, F.conv2d(x.double().cpu(), w.double().cpu(), padding=1)) < 2e-5
+    err = relative_error(out, F.conv2d(x.double().cpu(), w.double().cpu(), padding=1))
+    assert err < (2e-3 if algo in TRANSFORM_FWD_ALGOS else 2e-5)
 
 
 def test_direct_op_call_empty_batch_and_1d():

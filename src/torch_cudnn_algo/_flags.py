@@ -77,9 +77,13 @@ def _algo_flag(direction: LegacyDirection) -> Flag:
     )
 
 
+def _is_numpy_bool(value: object) -> bool:
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+
+
 def _parse_bool(name: str) -> Callable[[object], bool]:
     def parse(value: object) -> bool:
-        if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy.bool_ too
+        if isinstance(value, bool) or _is_numpy_bool(value):
             return bool(value)
         raise ValueError(f"torch.backends.cudnn.{name} must be True or False, got {value!r}")
 

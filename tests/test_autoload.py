@@ -1,0 +1,138 @@
+"""CPU: `import torch` registers the flags through the torch.backends entry
+point; env vars pin choices; nothing that goes wrong can fail `import torch`.
+Each case runs in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PROBE = """
+import json, warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    {imports}
+    import torch
+    cudnn = torch.backends.cudnn
+    state = {{
+        "has_flags": hasattr(type(cudnn), "conv_fwd_algo"),
+        "fwd": getattr(cudnn, "conv_fwd_algo", "missing"),
+        "strict": getattr(cudnn, "conv_algo_strict", "missing"),
+        "overrides": list(torch.ops.torch_cudnn_algo.active_overrides())
+        if hasattr(type(cudnn), "conv_fwd_algo") and "torch_cudnn_algo._C" in __import__("sys").modules else None,
+    }}
+    {extra}
+state["warnings"] = [str(w.message) for w in caught]
+print("STATE" + json.dumps(state))
+"""
+
+# Makes the given modules fail to import, as a broken install would.
+BLOCK_MODULES = """
+import sys
+class _Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name in {names!r}:
+            raise ImportError("simulated broken install of " + name)
+sys.meta_path.insert(0, _Blocker())
+"""
+
+
+def run_probe(imports: str = "", extra: str = "", env: dict[str, str] | None = None, prelude: str = "") -> dict:
+    code = prelude + PROBE.format(imports=imports or "pass", extra=extra or "pass")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_")}
+    full_env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    full_env.update(env or {})
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300, cwd="/"
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = [l for l in result.stdout.splitlines() if l.startswith("STATE")]
+    state = json.loads(line[len("STATE"):])
+    state["stderr"] = result.stderr
+    return state
+
+
+def test_import_torch_alone_registers_the_flags():
+    state = run_probe(extra="cudnn.conv_fwd_algo = 'IMPLICIT_PRECOMP_GEMM'; state['after_set'] = cudnn.conv_fwd_algo; "
+                            "state['overrides'] = list(torch.ops.torch_cudnn_algo.active_overrides())")
+    assert state["has_flags"] and state["fwd"] is None and state["strict"] is False
+    assert state["after_set"] == 1
+    assert state["overrides"] == ["aten::cudnn_convolution"]
+    assert state["warnings"] == []
+    assert "Overriding a previously registered kernel" not in state["stderr"]
+
+
+def test_autoload_can_be_disabled_and_explicit_import_still_works():
+    state = run_probe(env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert not state["has_flags"]
+    state = run_probe(env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, extra="import torch_cudnn_algo; state['late'] = hasattr(type(cudnn), 'conv_fwd_algo')")
+    assert state["late"] is True
+
+
+def test_importing_the_package_first_does_not_recurse():
+    state = run_probe(imports="import torch_cudnn_algo")
+    assert state["has_flags"] and state["warnings"] == []
+
+
+def test_environment_variables_pin_choices_at_autoload():
+    state = run_probe(env={"TORCH_CUDNN_CONV_FWD_ALGO": "cudnn_convolution_fwd_algo_fft_tiling",
+                           "TORCH_CUDNN_CONV_ALGO_STRICT": "yes"})
+    assert (state["fwd"], state["strict"]) == (5, True)
+    assert state["overrides"] == ["aten::cudnn_convolution"]
+    state = run_probe(env={"TORCH_CUDNN_CONV_FWD_ALGO": "2", "TORCH_CUDNN_CONV_ALGO_STRICT": "0"})
+    assert (state["fwd"], state["strict"]) == (2, False)
+    state = run_probe(env={"TORCH_CUDNN_CONV_FWD_ALGO": "none"})
+    assert state["fwd"] is None and state["overrides"] == []
+
+
+@pytest.mark.parametrize(
+    "env, needle",
+    [({"TORCH_CUDNN_CONV_FWD_ALGO": "warp_speed"}, "TORCH_CUDNN_CONV_FWD_ALGO='warp_speed'"),
+     ({"TORCH_CUDNN_CONV_ALGO_STRICT": "maybe"}, "TORCH_CUDNN_CONV_ALGO_STRICT='maybe'")],
+)
+def test_bad_environment_values_warn_and_are_ignored(env, needle):
+    state = run_probe(env=env)
+    assert state["has_flags"] and state["fwd"] is None and state["strict"] is False
+    assert len(state["warnings"]) == 1 and needle in state["warnings"][0]
+
+
+def test_value_assigned_before_the_flags_existed_is_honoured():
+    state = run_probe(
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+        extra="cudnn.conv_fwd_algo = 'gemm'; import torch_cudnn_algo; state['late'] = cudnn.conv_fwd_algo; "
+              "state['overrides'] = list(torch.ops.torch_cudnn_algo.active_overrides())",
+    )
+    assert state["late"] == 2 and state["overrides"] == ["aten::cudnn_convolution"]
+
+
+def test_missing_extension_gives_one_warning_and_inert_flags():
+    state = run_probe(
+        prelude=BLOCK_MODULES.format(names=("torch_cudnn_algo._C",)),
+        extra=textwrap.dedent("""
+            state['import_warnings'] = len(caught)
+            cudnn.conv_fwd_algo = 1
+            state['inert_value'] = cudnn.conv_fwd_algo
+            try:
+                cudnn.conv_fwd_algo = 42
+            except ValueError:
+                state['still_validates'] = True
+            import torch_cudnn_algo
+            state['available'] = torch_cudnn_algo.is_available()
+        """).replace("\n", "\n    "),
+    )
+    assert state["import_warnings"] == 1
+    assert "C++ extension could not be loaded" in state["warnings"][0]
+    assert "simulated broken install" in state["warnings"][0]
+    assert state["inert_value"] == 1 and state["still_validates"] and state["available"] is False
+    assert any("has no effect" in w for w in state["warnings"][1:])
+
+
+def test_broken_package_never_fails_import_torch():
+    state = run_probe(prelude=BLOCK_MODULES.format(names=("torch_cudnn_algo._flags",)))
+    assert not state["has_flags"]
+    assert len(state["warnings"]) == 1 and "autoload failed" in state["warnings"][0]

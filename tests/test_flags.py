@@ -1,0 +1,124 @@
+"""CPU: flag values, normalisation, errors, the flags() context manager, and the
+agreement of the Python and C++ algorithm tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import torch_cudnn_algo
+from torch_cudnn_algo import NotAvailableYetError
+from torch_cudnn_algo._algorithms import DIRECTIONS
+
+cudnn = torch.backends.cudnn
+
+
+@pytest.mark.parametrize(
+    "value, canonical",
+    [
+        (None, None),
+        (0, 0),
+        (7, 7),
+        (np.int64(5), 5),
+        ("1", 1),
+        (" 3 ", 3),
+        ("IMPLICIT_PRECOMP_GEMM", 1),
+        ("implicit_precomp_gemm", 1),
+        ("Winograd_Nonfused", 7),
+        ("CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING", 5),
+        ("cudnn_convolution_fwd_algo_gemm", 2),
+    ],
+)
+def test_forward_flag_accepts_and_normalises(value, canonical):
+    cudnn.conv_fwd_algo = value
+    assert cudnn.conv_fwd_algo == canonical
+    assert type(cudnn.conv_fwd_algo) is type(canonical)
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (8, "8 is out of range"),
+        (-1, "-1 is out of range"),
+        ("9", "9 is out of range"),
+        ("BOGUS", "unknown algorithm 'BOGUS'"),
+        ("CUDNN_CONVOLUTION_BWD_DATA_ALGO_0", "unknown algorithm"),
+        (1.0, "does not take a float"),
+        (True, "does not take a bool"),
+        ([1], "does not take a list"),
+    ],
+)
+def test_forward_flag_rejects_bad_values_and_keeps_previous(value, message):
+    cudnn.conv_fwd_algo = "GEMM"
+    with pytest.raises(ValueError, match=message) as info:
+        cudnn.conv_fwd_algo = value
+    assert "0 (IMPLICIT_GEMM)" in str(info.value) and "7 (WINOGRAD_NONFUSED)" in str(info.value)
+    assert cudnn.conv_fwd_algo == 2
+
+
+@pytest.mark.parametrize("value", ["eng62", "ENG0", "eng62_k2=1_k13=1_k18=0", "fastest", "FASTEST"])
+def test_engine_names_and_policy_are_not_available_yet(value):
+    cudnn.conv_fwd_algo = 4
+    with pytest.raises(NotAvailableYetError, match="not available yet"):
+        cudnn.conv_fwd_algo = value
+    assert issubclass(NotAvailableYetError, ValueError)
+    assert cudnn.conv_fwd_algo == 4
+
+
+def test_strict_flag_takes_bools_only():
+    assert cudnn.conv_algo_strict is False
+    cudnn.conv_algo_strict = True
+    assert cudnn.conv_algo_strict is True
+    assert torch.ops.torch_cudnn_algo.get_strict() is True
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="conv_algo_strict must be True or False"):
+            cudnn.conv_algo_strict = bad
+        assert cudnn.conv_algo_strict is True
+    cudnn.conv_algo_strict = np.bool_(False)
+    assert cudnn.conv_algo_strict is False
+
+
+def test_flag_reaches_the_extension():
+    cudnn.conv_fwd_algo = "FFT"
+    assert torch.ops.torch_cudnn_algo.get_legacy_algo("fwd") == 4
+    cudnn.conv_fwd_algo = None
+    assert torch.ops.torch_cudnn_algo.get_legacy_algo("fwd") == -1
+
+
+def test_flags_context_manager_restores_even_on_error():
+    cudnn.conv_fwd_algo = 2
+    with pytest.raises(KeyError):
+        with torch_cudnn_algo.flags(conv_fwd_algo="DIRECT", conv_algo_strict=True):
+            assert (cudnn.conv_fwd_algo, cudnn.conv_algo_strict) == (3, True)
+            raise KeyError("boom")
+    assert (cudnn.conv_fwd_algo, cudnn.conv_algo_strict) == (2, False)
+
+
+def test_flags_context_manager_validates_everything_first():
+    with pytest.raises(ValueError):
+        with torch_cudnn_algo.flags(conv_fwd_algo=1, conv_algo_strict="yes"):
+            pass
+    assert cudnn.conv_fwd_algo is None
+    assert torch_cudnn_algo.active_overrides() == []
+
+
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_python_and_cpp_algorithm_tables_agree(direction):
+    assert list(torch.ops.torch_cudnn_algo.legacy_algo_names(direction)) == list(DIRECTIONS[direction].names)
+
+
+def test_extension_rejects_bad_values_too():
+    with pytest.raises(ValueError, match=r"must be in \[0, 8\)"):
+        torch.ops.torch_cudnn_algo.set_legacy_algo("fwd", 8)
+    with pytest.raises(ValueError, match="not implemented by cuDNN"):
+        torch.ops.torch_cudnn_algo.set_legacy_algo("bwd_filter", 4)
+    with pytest.raises(ValueError, match="unknown direction 'sideways'"):
+        torch.ops.torch_cudnn_algo.set_legacy_algo("sideways", 1)
+    assert torch.ops.torch_cudnn_algo.get_legacy_algo("fwd") == -1
+
+
+def test_legacy_algorithm_names():
+    assert torch_cudnn_algo.legacy_algorithm_names()[1] == "IMPLICIT_PRECOMP_GEMM"
+    with pytest.raises(ValueError, match="unknown direction"):
+        torch_cudnn_algo.legacy_algorithm_names("up")

@@ -1,0 +1,86 @@
+"""CPU: the override exists only while a forward choice is set, replaces ATen's
+CUDA kernel silently, and validates arguments before anything else."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+
+import torch_cudnn_algo
+
+cudnn = torch.backends.cudnn
+OP = "aten::cudnn_convolution"
+
+
+def cuda_kernel_line() -> str:
+    (line,) = [l for l in torch._C._dispatch_dump(OP).splitlines() if l.startswith("CUDA:")]
+    return line
+
+
+def test_stock_kernel_when_nothing_is_pinned():
+    assert torch_cudnn_algo.active_overrides() == []
+    assert "RegisterCUDA" in cuda_kernel_line()
+
+
+def test_override_follows_the_forward_flag(caplog):
+    with caplog.at_level(logging.INFO, logger="torch_cudnn_algo"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # the dispatcher's override warning must not surface
+        cudnn.conv_fwd_algo = 1
+        assert torch_cudnn_algo.active_overrides() == [OP]
+        assert "overrides.cpp" in cuda_kernel_line()
+        cudnn.conv_fwd_algo = 5  # changing the choice keeps one registration
+        assert torch_cudnn_algo.active_overrides() == [OP]
+        cudnn.conv_fwd_algo = None
+    assert torch_cudnn_algo.active_overrides() == []
+    assert "RegisterCUDA" in cuda_kernel_line()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "registered override of aten::cudnn_convolution (CUDA) for the pinned algorithm",
+        "removed override of aten::cudnn_convolution; ATen's kernel is back",
+    ]
+
+
+def test_strict_alone_registers_nothing():
+    cudnn.conv_algo_strict = True
+    assert torch_cudnn_algo.active_overrides() == []
+
+
+def call_cuda_kernel(x, w, padding, stride, dilation, groups=1):
+    """Runs the CUDA-key kernel on CPU tensors: only the argument checks can run."""
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    return torch.ops.aten.cudnn_convolution.default.redispatch(
+        keys, x, w, padding, stride, dilation, groups, False, False, True
+    )
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, padding, stride, dilation, groups, match",
+    [
+        ((2, 8, 9, 9), (16, 8, 3, 3), [1], [1, 1], [1, 1], 1, "must each have 2 values for a 4-d input"),
+        ((2, 8, 9, 9), (16, 8, 3, 3), [1, 1], [1, 1, 1], [1, 1], 1, "must each have 2"),
+        ((2, 8, 9, 9), (16, 8, 3, 3), [1, 1], [1, 1], [], 1, "must each have 2"),
+        ((2, 8, 9, 9), (16, 8, 3, 3), [1, 1], [0, 1], [1, 1], 1, "stride and dilation must be >= 1"),
+        ((2, 8, 9, 9), (16, 8, 3, 3), [-1, 1], [1, 1], [1, 1], 1, "padding >= 0"),
+        ((2, 8, 9, 9), (16, 8, 3, 3), [1, 1], [1, 1], [1, 1], 0, "groups must be >= 1"),
+        ((2, 8, 9, 9), (16, 4, 3, 3), [1, 1], [1, 1], [1, 1], 1, "input has 8 channels"),
+        ((2, 8, 9, 9), (15, 4, 3, 3), [1, 1], [1, 1], [1, 1], 2, "not divisible by groups=2"),
+        ((2, 8, 9, 9), (16, 8, 3, 3, 3), [1, 1], [1, 1], [1, 1], 1, "weight must have the input's 4"),
+        ((2, 8, 2, 2), (16, 8, 5, 5), [0, 0], [1, 1], [1, 1], 1, "exceeds the padded input size"),
+        ((2, 8), (16, 8), [], [], [], 1, "expects a 3-d, 4-d or 5-d input"),
+    ],
+)
+def test_bad_arguments_raise_before_any_computation(x_shape, w_shape, padding, stride, dilation, groups, match):
+    cudnn.conv_fwd_algo = 0
+    x, w = torch.randn(x_shape), torch.randn(w_shape)
+    with pytest.raises(RuntimeError, match=match):
+        call_cuda_kernel(x, w, padding, stride, dilation, groups)
+
+
+def test_valid_arguments_reach_the_device_guard():
+    """Valid arguments pass validation and then need a CUDA device."""
+    cudnn.conv_fwd_algo = 0
+    with pytest.raises(RuntimeError, match="CUDA"):
+        call_cuda_kernel(torch.randn(2, 8, 9, 9), torch.randn(16, 8, 3, 3), [1, 1], [1, 1], [1, 1])
