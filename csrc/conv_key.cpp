@@ -100,6 +100,62 @@ void check_conv_arguments(const at::Tensor& input, const at::Tensor& weight,
   }
 }
 
+void check_transposed_arguments(const at::Tensor& input, const at::Tensor& weight,
+                                at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups) {
+  const int64_t dim = input.dim();
+  TORCH_CHECK(dim >= 3 && dim <= 5, "torch_cudnn_algo: cudnn_convolution_transpose expects a 3-d, "
+              "4-d or 5-d input (N, C, *spatial), got ", dim, "-d input of shape ", input.sizes());
+  TORCH_CHECK(weight.dim() == dim, "torch_cudnn_algo: weight must have the input's ", dim,
+              " dimensions, got weight of shape ", weight.sizes());
+  const auto spatial = static_cast<size_t>(dim - 2);
+  TORCH_CHECK(padding.size() == spatial && output_padding.size() == spatial &&
+                  stride.size() == spatial && dilation.size() == spatial,
+              "torch_cudnn_algo: padding, output_padding, stride and dilation must each have ",
+              spatial, " values for a ", dim, "-d input; got padding ", padding,
+              ", output_padding ", output_padding, ", stride ", stride, ", dilation ", dilation);
+  TORCH_CHECK(all_at_least(stride, 1) && all_at_least(dilation, 1) && all_at_least(padding, 0) &&
+                  all_at_least(output_padding, 0),
+              "torch_cudnn_algo: stride and dilation must be >= 1, padding and output_padding "
+              ">= 0; got stride ", stride, ", dilation ", dilation, ", padding ", padding,
+              ", output_padding ", output_padding);
+  for (size_t i = 0; i < spatial; ++i) {
+    TORCH_CHECK(output_padding[i] < std::max(stride[i], dilation[i]),
+                "torch_cudnn_algo: output_padding must be smaller than stride or dilation, got "
+                "output_padding ", output_padding, ", stride ", stride, ", dilation ", dilation);
+  }
+  TORCH_CHECK(groups >= 1, "torch_cudnn_algo: groups must be >= 1, got ", groups);
+  TORCH_CHECK(input.size(1) == weight.size(0), "torch_cudnn_algo: input has ", input.size(1),
+              " channels but the transposed weight of shape ", weight.sizes(), " expects ",
+              weight.size(0));
+  TORCH_CHECK(weight.size(0) % groups == 0, "torch_cudnn_algo: weight's ", weight.size(0),
+              " input channels are not divisible by groups=", groups);
+  TORCH_CHECK(input.device() == weight.device(), "torch_cudnn_algo: input is on ",
+              input.device(), " but weight is on ", weight.device());
+  TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "torch_cudnn_algo: input is ",
+              input.scalar_type(), " but weight is ", weight.scalar_type());
+  const auto out = conv_transpose_output_sizes(input.sizes(), weight.sizes(), padding,
+                                               output_padding, stride, dilation, groups);
+  for (size_t i = 0; i < spatial; ++i) {
+    TORCH_CHECK(out[i + 2] >= 1, "torch_cudnn_algo: transposed convolution output size ",
+                out[i + 2], " in spatial dim ", i, " is too small");
+  }
+}
+
+std::array<int64_t, kMaxDims> conv_transpose_output_sizes(
+    at::IntArrayRef input, at::IntArrayRef weight, at::IntArrayRef padding,
+    at::IntArrayRef output_padding, at::IntArrayRef stride, at::IntArrayRef dilation,
+    int64_t groups) {
+  std::array<int64_t, kMaxDims> out{};
+  out[0] = input[0];
+  out[1] = weight[1] * groups;
+  for (size_t i = 0; i + 2 < input.size(); ++i) {
+    out[i + 2] = (input[i + 2] - 1) * stride[i] - 2 * padding[i] +
+                 dilation[i] * (weight[i + 2] - 1) + output_padding[i] + 1;
+  }
+  return out;
+}
+
 std::array<int64_t, kMaxDims> conv_output_sizes(at::IntArrayRef input, at::IntArrayRef weight,
                                                 at::IntArrayRef padding, at::IntArrayRef stride,
                                                 at::IntArrayRef dilation) {
@@ -113,23 +169,19 @@ std::array<int64_t, kMaxDims> conv_output_sizes(at::IntArrayRef input, at::IntAr
   return out;
 }
 
+at::MemoryFormat stock_conv_memory_format(at::ScalarType dtype, int64_t dim, at::MemoryFormat a,
+                                          at::MemoryFormat b) {
+  if (dtype == at::kDouble || (dim != 4 && dim != 5)) {
+    return at::MemoryFormat::Contiguous;
+  }
+  const auto channels_last =
+      dim == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+  return a == channels_last || b == channels_last ? channels_last : at::MemoryFormat::Contiguous;
+}
+
 at::MemoryFormat stock_conv_memory_format(const at::Tensor& input, const at::Tensor& weight) {
-  if (input.scalar_type() == at::kDouble || weight.scalar_type() == at::kDouble) {
-    return at::MemoryFormat::Contiguous;
-  }
-  at::MemoryFormat channels_last;
-  if (weight.dim() == 4) {
-    channels_last = at::MemoryFormat::ChannelsLast;
-  } else if (weight.dim() == 5) {
-    channels_last = at::MemoryFormat::ChannelsLast3d;
-  } else {
-    return at::MemoryFormat::Contiguous;
-  }
-  if (input.suggest_memory_format() == channels_last ||
-      weight.suggest_memory_format() == channels_last) {
-    return channels_last;
-  }
-  return at::MemoryFormat::Contiguous;
+  return stock_conv_memory_format(input.scalar_type(), weight.dim(), input.suggest_memory_format(),
+                                  weight.suggest_memory_format());
 }
 
 c10::DimVector canonical_strides(at::IntArrayRef sizes, at::MemoryFormat format) {
@@ -157,27 +209,32 @@ at::Tensor as_canonical(const at::Tensor& t, at::MemoryFormat format) {
   return packed.as_strided(packed.sizes(), strides);
 }
 
-ConvKey make_conv_key(Direction direction, int algo, const at::Tensor& input,
-                      const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
-                      at::IntArrayRef dilation, int64_t groups, bool deterministic,
+ConvKey make_conv_key(Direction direction, int algo, const ConvProblem& problem,
+                      at::ScalarType dtype, const at::Device& device, bool deterministic,
                       bool allow_tf32, at::MemoryFormat format) {
-  TORCH_INTERNAL_ASSERT(input.dim() == 4 || input.dim() == 5);
+  const auto dim = problem.x_sizes.size();
+  TORCH_INTERNAL_ASSERT(dim == 4 || dim == 5);
+  TORCH_INTERNAL_ASSERT(problem.w_sizes.size() == dim && problem.padding.size() == dim - 2);
   ConvKey key;
   key.direction = static_cast<int8_t>(direction);
-  key.dtype = static_cast<int8_t>(input.scalar_type());
+  key.dtype = static_cast<int8_t>(dtype);
   key.memory_format = static_cast<int8_t>(format);
-  key.dim = static_cast<int8_t>(input.dim());
-  key.device = static_cast<int8_t>(std::max<int>(0, input.device().index()));
-  key.allow_tf32 = allow_tf32 && input.scalar_type() == at::kFloat;
+  key.dim = static_cast<int8_t>(dim);
+  key.device = static_cast<int8_t>(std::max<int>(0, device.index()));
+  key.allow_tf32 = allow_tf32 && dtype == at::kFloat;
   key.deterministic = deterministic;
+  key.transposed = problem.transposed;
   key.algo = algo;
-  key.groups = groups;
-  std::copy(input.sizes().begin(), input.sizes().end(), key.input_sizes.begin());
-  std::copy(weight.sizes().begin(), weight.sizes().end(), key.weight_sizes.begin());
-  std::copy(padding.begin(), padding.end(), key.padding.begin());
-  std::copy(stride.begin(), stride.end(), key.stride.begin());
-  std::copy(dilation.begin(), dilation.end(), key.dilation.begin());
-  key.output_sizes = conv_output_sizes(input.sizes(), weight.sizes(), padding, stride, dilation);
+  key.groups = problem.groups;
+  std::copy(problem.x_sizes.begin(), problem.x_sizes.end(), key.input_sizes.begin());
+  std::copy(problem.w_sizes.begin(), problem.w_sizes.end(), key.weight_sizes.begin());
+  std::copy(problem.padding.begin(), problem.padding.end(), key.padding.begin());
+  std::copy(problem.stride.begin(), problem.stride.end(), key.stride.begin());
+  std::copy(problem.dilation.begin(), problem.dilation.end(), key.dilation.begin());
+  std::copy(problem.output_padding.begin(), problem.output_padding.end(),
+            key.output_padding.begin());
+  key.output_sizes = conv_output_sizes(problem.x_sizes, problem.w_sizes, problem.padding,
+                                       problem.stride, problem.dilation);
   return key;
 }
 
@@ -201,12 +258,18 @@ const char* format_name(at::MemoryFormat format) {
 }  // namespace
 
 std::string describe_conv(const ConvKey& key) {
+  // A transposed convolution's input is the cuDNN problem's y, its output x.
+  const at::IntArrayRef user_input = key.transposed ? key.output() : key.input();
+  const at::IntArrayRef user_output = key.transposed ? key.input() : key.output();
   std::ostringstream out;
-  out << "conv" << (key.dim - 2) << "d: input " << key.input() << " "
-      << torch_dtype_name(key.scalar_type()) << " " << format_name(key.format()) << ", weight "
-      << key.weight() << ", output " << key.output() << ", stride " << spatial(key.stride, key)
-      << ", padding " << spatial(key.padding, key) << ", dilation "
-      << spatial(key.dilation, key) << ", groups " << key.groups
+  out << (key.transposed ? "conv_transpose" : "conv") << (key.dim - 2) << "d: input "
+      << user_input << " " << torch_dtype_name(key.scalar_type()) << " "
+      << format_name(key.format()) << ", weight " << key.weight() << ", output " << user_output
+      << ", stride " << spatial(key.stride, key) << ", padding " << spatial(key.padding, key);
+  if (key.transposed) {
+    out << ", output_padding " << spatial(key.output_padding, key);
+  }
+  out << ", dilation " << spatial(key.dilation, key) << ", groups " << key.groups
       << ", allow_tf32=" << (key.allow_tf32 ? "True" : "False")
       << ", deterministic=" << (key.deterministic ? "True" : "False") << ", device cuda:"
       << static_cast<int>(key.device);
@@ -216,7 +279,11 @@ std::string describe_conv(const ConvKey& key) {
 std::string python_repro(const ConvKey& key, bool strict) {
   const int spatial_dims = key.dim - 2;
   const char* dtype = torch_dtype_name(key.scalar_type());
-  const bool backward = key.dir() != Direction::kForward;
+  // Which pass issues the pinned call: a transposed convolution's forward is the
+  // backward-data call, its input gradient the forward call.
+  const Direction forward_pass = key.transposed ? Direction::kBackwardData : Direction::kForward;
+  const bool backward = key.dir() != forward_pass;
+  const char* grad = backward ? ".requires_grad_()" : "";
   std::ostringstream out;
   out << "import torch\n"
       << "torch.backends.cudnn.allow_tf32 = " << (key.allow_tf32 ? "True" : "False") << "\n"
@@ -224,18 +291,22 @@ std::string python_repro(const ConvKey& key, bool strict) {
       << "torch.backends.cudnn." << direction_flag_name(key.dir()) << " = " << key.algo << "  # "
       << legacy_algo_name(key.dir(), key.algo) << "\n"
       << "torch.backends.cudnn.conv_algo_strict = " << (strict ? "True" : "False") << "\n"
-      << "x = torch.randn(" << python_tuple(key.input()) << ", dtype=" << dtype
-      << ", device='cuda:" << static_cast<int>(key.device) << "')";
+      << "x = torch.randn(" << python_tuple(key.transposed ? key.output() : key.input())
+      << ", dtype=" << dtype << ", device='cuda:" << static_cast<int>(key.device) << "')";
   if (key.format() != at::MemoryFormat::Contiguous) {
     out << ".to(memory_format=torch." << format_name(key.format()) << ")";
   }
-  out << (backward ? ".requires_grad_()" : "") << "\n"
+  out << grad << "\n"
       << "w = torch.randn(" << python_tuple(key.weight()) << ", dtype=" << dtype
-      << ", device=x.device)" << (backward ? ".requires_grad_()" : "") << "\n"
-      << "y = torch.nn.functional.conv" << spatial_dims << "d(x, w, stride="
-      << python_tuple(spatial(key.stride, key)) << ", padding="
-      << python_tuple(spatial(key.padding, key)) << ", dilation="
-      << python_tuple(spatial(key.dilation, key)) << ", groups=" << key.groups << ")\n";
+      << ", device=x.device)" << grad << "\n"
+      << "y = torch.nn.functional.conv" << (key.transposed ? "_transpose" : "") << spatial_dims
+      << "d(x, w, stride=" << python_tuple(spatial(key.stride, key))
+      << ", padding=" << python_tuple(spatial(key.padding, key));
+  if (key.transposed) {
+    out << ", output_padding=" << python_tuple(spatial(key.output_padding, key));
+  }
+  out << ", dilation=" << python_tuple(spatial(key.dilation, key)) << ", groups=" << key.groups
+      << ")\n";
   if (backward) {
     out << "y.backward(torch.randn_like(y))\n";
   }

@@ -30,7 +30,7 @@ struct ConvKey {
   int8_t device;
   bool allow_tf32;
   bool deterministic;
-  int8_t pad_ = 0;
+  bool transposed;      // the user's op was a transposed convolution (x is its output)
   int32_t algo;         // legacy enum value of the pinned algorithm
   int64_t groups;
   std::array<int64_t, kMaxDims> input_sizes;
@@ -39,6 +39,7 @@ struct ConvKey {
   std::array<int64_t, kMaxSpatialDims> padding;
   std::array<int64_t, kMaxSpatialDims> stride;
   std::array<int64_t, kMaxSpatialDims> dilation;
+  std::array<int64_t, kMaxSpatialDims> output_padding;  // transposed only
 
   Direction dir() const { return static_cast<Direction>(direction); }
   at::ScalarType scalar_type() const { return static_cast<at::ScalarType>(dtype); }
@@ -54,6 +55,12 @@ struct ConvKeyHash {
   size_t operator()(const ConvKey& key) const;
 };
 
+// The dtypes cuDNN convolves; ATen rejects the others with its own message.
+inline bool is_cudnn_float_type(at::ScalarType dtype) {
+  return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16 ||
+         dtype == at::kDouble;
+}
+
 // Validates a forward convolution call *before anything is computed from it*:
 // dimensionality, argument-list lengths (stock crashes with SIGFPE on a wrong
 // length), positive strides/dilations, channel/group consistency, devices, dtypes,
@@ -62,14 +69,28 @@ void check_conv_arguments(const at::Tensor& input, const at::Tensor& weight,
                           at::IntArrayRef padding, at::IntArrayRef stride,
                           at::IntArrayRef dilation, int64_t groups);
 
+// Same for a transposed convolution (cudnn_convolution_transpose): weight is
+// [C_in, C_out / groups, *kernel]; output_padding must be < stride or dilation.
+void check_transposed_arguments(const at::Tensor& input, const at::Tensor& weight,
+                                at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups);
+
+// Output sizes of a transposed convolution: the cuDNN problem's x.
+std::array<int64_t, kMaxDims> conv_transpose_output_sizes(
+    at::IntArrayRef input, at::IntArrayRef weight, at::IntArrayRef padding,
+    at::IntArrayRef output_padding, at::IntArrayRef stride, at::IntArrayRef dilation,
+    int64_t groups);
+
 // Output sizes of the forward convolution (arguments already checked).
 std::array<int64_t, kMaxDims> conv_output_sizes(at::IntArrayRef input, at::IntArrayRef weight,
                                                 at::IntArrayRef padding, at::IntArrayRef stride,
                                                 at::IntArrayRef dilation);
 
 // The layout stock PyTorch gives a cuDNN convolution's output: channels-last
-// (2d or 3d) when input or weight is, never for float64.
+// (2d or 3d) when either operand's layout is, never for float64.
 at::MemoryFormat stock_conv_memory_format(const at::Tensor& input, const at::Tensor& weight);
+at::MemoryFormat stock_conv_memory_format(at::ScalarType dtype, int64_t dim, at::MemoryFormat a,
+                                          at::MemoryFormat b);
 
 // Packed strides of `sizes` in `format`.
 c10::DimVector canonical_strides(at::IntArrayRef sizes, at::MemoryFormat format);
@@ -79,10 +100,19 @@ c10::DimVector canonical_strides(at::IntArrayRef sizes, at::MemoryFormat format)
 // already is.
 at::Tensor as_canonical(const at::Tensor& t, at::MemoryFormat format);
 
-// Key for a 4-d/5-d forward problem; arguments must have passed check_conv_arguments.
-ConvKey make_conv_key(Direction direction, int algo, const at::Tensor& input,
-                      const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
-                      at::IntArrayRef dilation, int64_t groups, bool deterministic,
+// Geometry of a cuDNN forward problem x (*) w = y, for make_conv_key.
+struct ConvProblem {
+  at::IntArrayRef x_sizes;  // 4-d or 5-d
+  at::IntArrayRef w_sizes;
+  at::IntArrayRef padding, stride, dilation;
+  int64_t groups;
+  bool transposed = false;
+  at::IntArrayRef output_padding = {};  // transposed only
+};
+
+// Key for `problem` run in `direction` with `algo`; arguments already checked.
+ConvKey make_conv_key(Direction direction, int algo, const ConvProblem& problem,
+                      at::ScalarType dtype, const at::Device& device, bool deterministic,
                       bool allow_tf32, at::MemoryFormat format);
 
 // "conv2d: input [8, 64, 56, 56] float16 channels_last, weight [64, 64, 3, 3], ..."

@@ -2,10 +2,8 @@
 // the pinned legacy algorithm, or hands the call to ATen's own kernel
 // (at::native::cudnn_convolution) for anything it does not handle.
 #include "conv_key.h"
-#include "legacy_algorithms.h"
 #include "legacy_runner.h"
 #include "overrides.h"
-#include "python_bridge.h"
 #include "selection.h"
 
 #include <ATen/ops/cudnn_convolution_native.h>
@@ -16,11 +14,6 @@
 namespace torch_cudnn_algo {
 namespace {
 
-bool is_cudnn_float_type(at::ScalarType dtype) {
-  return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16 ||
-         dtype == at::kDouble;
-}
-
 at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor& weight,
                                       at::IntArrayRef padding, at::IntArrayRef stride,
                                       at::IntArrayRef dilation, int64_t groups, bool benchmark,
@@ -28,12 +21,14 @@ at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor&
   // Before anything else: ATen's kernel divides by these lists' contents and
   // crashes the process on a wrong length.
   check_conv_arguments(input, weight, padding, stride, dilation, groups);
+  const auto stock = [&] {
+    return at::native::cudnn_convolution(input, weight, padding, stride, dilation, groups,
+                                         benchmark, deterministic, allow_tf32);
+  };
   const c10::cuda::CUDAGuard device_guard(input.device());
   const int algo = pinned_legacy_algo(Direction::kForward);
   if (algo == kNoChoice || !is_cudnn_float_type(input.scalar_type())) {
-    // Unpinned meanwhile, or a dtype ATen rejects with its own message.
-    return at::native::cudnn_convolution(input, weight, padding, stride, dilation, groups,
-                                         benchmark, deterministic, allow_tf32);
+    return stock();  // unpinned meanwhile, or a dtype ATen rejects with its own message
   }
   if (input.dim() == 3) {
     // A direct 1-d call: run it as the 2-d problem [N, C, 1, L], as ATen does.
@@ -49,29 +44,20 @@ at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor&
   const at::MemoryFormat format = stock_conv_memory_format(input, weight);
   const auto output_sizes =
       conv_output_sizes(input.sizes(), weight.sizes(), padding, stride, dilation);
-  at::Tensor output =
-      at::empty(at::IntArrayRef(output_sizes.data(), input.dim()),
-                input.options().memory_format(format));
+  at::Tensor output = at::empty(at::IntArrayRef(output_sizes.data(), input.dim()),
+                                input.options().memory_format(format));
   if (output.numel() == 0) {
     return output;  // nothing to compute: no cuDNN call, as stock
   }
   if (input.numel() == 0) {
     return output.zero_();  // zero input channels: every output is an empty sum
   }
-
-  const ConvKey key = make_conv_key(Direction::kForward, algo, input, weight, padding, stride,
-                                    dilation, groups, deterministic, allow_tf32, format);
-  bool created = false;
-  const auto plan = get_legacy_plan(key, &created);
-  if (!plan->refusal.empty()) {
-    handle_refusal(*plan);  // raises in strict mode
-    return at::native::cudnn_convolution(input, weight, padding, stride, dilation, groups,
-                                         benchmark, deterministic, allow_tf32);
-  }
-  if (created) {
-    log_to_python(LogLevel::kInfo, "requested fwd algorithm " +
-                                       describe_legacy_algo(Direction::kForward, algo) +
-                                       " is set | " + describe_conv(key));
+  const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
+  const auto plan = runnable_pinned_plan(make_conv_key(Direction::kForward, algo, problem,
+                                                       input.scalar_type(), input.device(),
+                                                       deterministic, allow_tf32, format));
+  if (!plan) {
+    return stock();
   }
   run_legacy_forward(*plan, as_canonical(input, format), as_canonical(weight, format), output);
   return output;

@@ -49,24 +49,46 @@ int64_t plan_cache_size() {
   return static_cast<int64_t>(legacy_plan_count());
 }
 
+// The key of a user-level convolution (as F.convNd / F.conv_transposeNd take it)
+// run in `direction` with `algo`; validates everything first.
+ConvKey user_conv_key(const std::string& direction, int64_t algo, const at::Tensor& input,
+                      const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
+                      at::IntArrayRef dilation, int64_t groups, bool transposed,
+                      at::IntArrayRef output_padding, bool deterministic, bool allow_tf32) {
+  const Direction dir = parse_direction(direction);
+  TORCH_CHECK_VALUE(algo >= 0 && algo < legacy_algo_count(dir), "torch_cudnn_algo: ", direction,
+                    " legacy algorithm must be in [0, ", legacy_algo_count(dir), "), got ", algo);
+  TORCH_CHECK_VALUE(input.dim() != 3,
+                    "torch_cudnn_algo: describe a 1-d convolution as 2-d [N, C, 1, L]");
+  const auto format = stock_conv_memory_format(input, weight);
+  if (!transposed) {
+    check_conv_arguments(input, weight, padding, stride, dilation, groups);
+    const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
+    return make_conv_key(dir, static_cast<int>(algo), problem, input.scalar_type(),
+                         input.device(), deterministic, allow_tf32, format);
+  }
+  check_transposed_arguments(input, weight, padding, output_padding, stride, dilation, groups);
+  const auto x_sizes = conv_transpose_output_sizes(input.sizes(), weight.sizes(), padding,
+                                                   output_padding, stride, dilation, groups);
+  const ConvProblem problem{at::IntArrayRef(x_sizes.data(), input.dim()), weight.sizes(), padding,
+                            stride, dilation, groups, /*transposed=*/true, output_padding};
+  return make_conv_key(dir, static_cast<int>(algo), problem, input.scalar_type(), input.device(),
+                       deterministic, allow_tf32, format);
+}
+
 // Workspace bytes `algo` needs for this convolution, or -1 when cuDNN does not
 // support it. Queries cuDNN only; executes nothing.
 int64_t legacy_workspace_size_op(const std::string& direction, const at::Tensor& input,
                                  const at::Tensor& weight, at::IntArrayRef padding,
                                  at::IntArrayRef stride, at::IntArrayRef dilation,
-                                 int64_t groups, bool allow_tf32, int64_t algo) {
-  const Direction dir = parse_direction(direction);
-  TORCH_CHECK_VALUE(algo >= 0 && algo < legacy_algo_count(dir), "torch_cudnn_algo: ",
-                    direction, " legacy algorithm must be in [0, ", legacy_algo_count(dir),
-                    "), got ", algo);
-  check_conv_arguments(input, weight, padding, stride, dilation, groups);
+                                 int64_t groups, bool transposed, at::IntArrayRef output_padding,
+                                 bool allow_tf32, int64_t algo) {
   TORCH_CHECK(input.is_cuda(), "torch_cudnn_algo: legacy_workspace_size needs CUDA tensors");
-  TORCH_CHECK(input.dim() != 3, "torch_cudnn_algo: describe a 1-d convolution as 2-d [N, C, 1, L]");
-  if (!legacy_algo_is_implemented(dir, static_cast<int>(algo))) return -1;
+  const ConvKey key = user_conv_key(direction, algo, input, weight, padding, stride, dilation,
+                                    groups, transposed, output_padding, /*deterministic=*/false,
+                                    allow_tf32);
+  if (!legacy_algo_is_implemented(key.dir(), key.algo)) return -1;
   const c10::cuda::CUDAGuard device_guard(input.device());
-  const ConvKey key = make_conv_key(dir, static_cast<int>(algo), input, weight, padding, stride,
-                                    dilation, groups, /*deterministic=*/false, allow_tf32,
-                                    stock_conv_memory_format(input, weight));
   const auto bytes = legacy_workspace_size(key);
   return bytes ? static_cast<int64_t>(*bytes) : -1;
 }
@@ -76,14 +98,10 @@ int64_t legacy_workspace_size_op(const std::string& direction, const at::Tensor&
 std::tuple<std::string, std::string> describe_convolution(
     const std::string& direction, int64_t algo, const at::Tensor& input, const at::Tensor& weight,
     at::IntArrayRef padding, at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
-    bool deterministic, bool allow_tf32, bool strict) {
-  const Direction dir = parse_direction(direction);
-  legacy_algo_name(dir, static_cast<int>(algo));  // validates the range
-  check_conv_arguments(input, weight, padding, stride, dilation, groups);
-  TORCH_CHECK_VALUE(input.dim() != 3, "torch_cudnn_algo: describe a 1-d convolution as 2-d [N, C, 1, L]");
-  const ConvKey key = make_conv_key(dir, static_cast<int>(algo), input, weight, padding, stride,
-                                    dilation, groups, deterministic, allow_tf32,
-                                    stock_conv_memory_format(input, weight));
+    bool transposed, at::IntArrayRef output_padding, bool deterministic, bool allow_tf32,
+    bool strict) {
+  const ConvKey key = user_conv_key(direction, algo, input, weight, padding, stride, dilation,
+                                    groups, transposed, output_padding, deterministic, allow_tf32);
   return {describe_conv(key), python_repro(key, strict)};
 }
 
@@ -104,12 +122,13 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
   m.def("plan_cache_size() -> int", &plan_cache_size);
   m.def(
       "legacy_workspace_size(str direction, Tensor input, Tensor weight, int[] padding, "
-      "int[] stride, int[] dilation, int groups, bool allow_tf32, int algo) -> int",
+      "int[] stride, int[] dilation, int groups, bool transposed, int[] output_padding, "
+      "bool allow_tf32, int algo) -> int",
       &legacy_workspace_size_op);
   m.def(
       "describe_convolution(str direction, int algo, Tensor input, Tensor weight, int[] padding, "
-      "int[] stride, int[] dilation, int groups, bool deterministic, bool allow_tf32, "
-      "bool strict) -> (str, str)",
+      "int[] stride, int[] dilation, int groups, bool transposed, int[] output_padding, "
+      "bool deterministic, bool allow_tf32, bool strict) -> (str, str)",
       &describe_convolution);
   m.def("cudnn_runtime_version() -> int", &cudnn_runtime_version);
 }

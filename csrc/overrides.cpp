@@ -38,11 +38,28 @@ bool forward_pinned() {
   return pinned_legacy_algo(Direction::kForward) != kNoChoice;
 }
 
+bool backward_data_pinned() {
+  return pinned_legacy_algo(Direction::kBackwardData) != kNoChoice;
+}
+
+// convolution_backward serves every direction: a transposed convolution's input
+// gradient is a forward call.
+bool anything_pinned() {
+  for (int i = 0; i < kNumDirections; ++i) {
+    if (pinned_legacy_algo(static_cast<Direction>(i)) != kNoChoice) return true;
+  }
+  return false;
+}
+
 // Leaked on purpose: a torch::Library destroyed by a static destructor may
 // deregister from an already-destroyed dispatcher.
-std::array<Override, 1>& overrides() {
-  static auto* table = new std::array<Override, 1>{
+std::array<Override, 3>& overrides() {
+  static auto* table = new std::array<Override, 3>{
       Override{"aten::cudnn_convolution", &forward_pinned, &register_forward_override, nullptr},
+      Override{"aten::cudnn_convolution_transpose", &backward_data_pinned,
+               &register_transpose_override, nullptr},
+      Override{"aten::convolution_backward", &anything_pinned, &register_backward_override,
+               nullptr},
   };
   return *table;
 }

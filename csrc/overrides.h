@@ -12,8 +12,11 @@ class Library;
 
 namespace torch_cudnn_algo {
 
-// Registers the forward override (aten::cudnn_convolution, CUDA key) on `lib`.
+// Register the kernels (CUDA key) on `lib`: aten::cudnn_convolution,
+// aten::cudnn_convolution_transpose and aten::convolution_backward.
 void register_forward_override(torch::Library& lib);
+void register_transpose_override(torch::Library& lib);
+void register_backward_override(torch::Library& lib);
 
 // Brings the registered overrides in line with the pinned choices; returns the
 // lines to log (one per override added or removed).

@@ -58,6 +58,8 @@ void set_strict_mode(bool strict) {
   g_strict.store(strict);
 }
 
+namespace {
+
 void handle_refusal(const LegacyPlan& plan) {
   const ConvKey& key = plan.key;
   std::string runnable;
@@ -82,6 +84,23 @@ void handle_refusal(const LegacyPlan& plan) {
               "torch.backends.cudnn.conv_algo_strict = True to make this an error). "
               "Convolution: " + describe_conv(key));
   }
+}
+
+}  // namespace
+
+std::shared_ptr<const LegacyPlan> runnable_pinned_plan(const ConvKey& key) {
+  bool created = false;
+  auto plan = get_legacy_plan(key, &created);
+  if (!plan->refusal.empty()) {
+    handle_refusal(*plan);
+    return nullptr;
+  }
+  if (created) {
+    log_to_python(LogLevel::kInfo, std::string("requested ") + direction_name(key.dir()) +
+                                       " algorithm " + describe_legacy_algo(key.dir(), key.algo) +
+                                       " is set | " + describe_conv(key));
+  }
+  return plan;
 }
 
 }  // namespace torch_cudnn_algo

@@ -6,6 +6,8 @@
 
 #include "common.h"
 
+#include <memory>
+
 namespace torch_cudnn_algo {
 
 constexpr int kNoChoice = -1;
@@ -20,12 +22,14 @@ void set_pinned_legacy_algo(Direction direction, int algo);
 bool strict_mode();
 void set_strict_mode(bool strict);
 
+struct ConvKey;
 struct LegacyPlan;
 
-// Applies the contract to a plan whose pinned algorithm cannot run: in strict
-// mode raises a RuntimeError with the convolution's parameters and a Python
-// repro; otherwise warns once per configuration and returns, and the caller
-// runs the stock path.
-void handle_refusal(const LegacyPlan& plan);
+// The plan running the pinned algorithm (`key.algo`) on `key`'s problem, or
+// nullptr when that algorithm cannot run it. Applies the contract on the way:
+// the first run of a configuration logs "requested <dir> algorithm N (NAME) is
+// set"; a refusal raises (strict, with the parameters and a Python repro) or
+// warns once per configuration, and the caller then runs the stock path.
+std::shared_ptr<const LegacyPlan> runnable_pinned_plan(const ConvKey& key);
 
 }  // namespace torch_cudnn_algo

@@ -62,7 +62,7 @@ def test_import_torch_alone_registers_the_flags():
                             "state['overrides'] = list(torch.ops.torch_cudnn_algo.active_overrides())")
     assert state["has_flags"] and state["fwd"] is None and state["strict"] is False
     assert state["after_set"] == 1
-    assert state["overrides"] == ["aten::cudnn_convolution"]
+    assert state["overrides"] == ["aten::cudnn_convolution", "aten::convolution_backward"]
     assert state["warnings"] == []
     assert "Overriding a previously registered kernel" not in state["stderr"]
 
@@ -83,11 +83,17 @@ def test_environment_variables_pin_choices_at_autoload():
     state = run_probe(env={"TORCH_CUDNN_CONV_FWD_ALGO": "cudnn_convolution_fwd_algo_fft_tiling",
                            "TORCH_CUDNN_CONV_ALGO_STRICT": "yes"})
     assert (state["fwd"], state["strict"]) == (5, True)
-    assert state["overrides"] == ["aten::cudnn_convolution"]
+    assert state["overrides"] == ["aten::cudnn_convolution", "aten::convolution_backward"]
     state = run_probe(env={"TORCH_CUDNN_CONV_FWD_ALGO": "2", "TORCH_CUDNN_CONV_ALGO_STRICT": "0"})
     assert (state["fwd"], state["strict"]) == (2, False)
     state = run_probe(env={"TORCH_CUDNN_CONV_FWD_ALGO": "none"})
     assert state["fwd"] is None and state["overrides"] == []
+    state = run_probe(
+        env={"TORCH_CUDNN_CONV_BWD_DATA_ALGO": "fft_tiling", "TORCH_CUDNN_CONV_BWD_FILTER_ALGO": "ALGO_1"},
+        extra="state['bwd'] = (cudnn.conv_bwd_data_algo, cudnn.conv_bwd_filter_algo)",
+    )
+    assert state["bwd"] == [3, 1]
+    assert state["overrides"] == ["aten::cudnn_convolution_transpose", "aten::convolution_backward"]
 
 
 @pytest.mark.parametrize(
@@ -107,7 +113,7 @@ def test_value_assigned_before_the_flags_existed_is_honoured():
         extra="cudnn.conv_fwd_algo = 'gemm'; import torch_cudnn_algo; state['late'] = cudnn.conv_fwd_algo; "
               "state['overrides'] = list(torch.ops.torch_cudnn_algo.active_overrides())",
     )
-    assert state["late"] == 2 and state["overrides"] == ["aten::cudnn_convolution"]
+    assert state["late"] == 2 and state["overrides"] == ["aten::cudnn_convolution", "aten::convolution_backward"]
 
 
 def test_missing_extension_gives_one_warning_and_inert_flags():

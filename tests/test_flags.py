@@ -79,6 +79,45 @@ def test_strict_flag_takes_bools_only():
     assert cudnn.conv_algo_strict is False
 
 
+@pytest.mark.parametrize(
+    "flag, value, canonical",
+    [
+        ("conv_bwd_data_algo", "ALGO_1", 1),
+        ("conv_bwd_data_algo", "cudnn_convolution_bwd_data_algo_winograd_nonfused", 5),
+        ("conv_bwd_data_algo", 0, 0),
+        ("conv_bwd_filter_algo", "fft_tiling", 6),
+        ("conv_bwd_filter_algo", "CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3", 3),
+        ("conv_bwd_filter_algo", "cudnn_convolution_bwd_filter_algo_fft", 2),
+        ("conv_bwd_data_algo", "CUDNN_CONVOLUTION_BWD_DATA_ALGO_0", 0),
+        ("conv_bwd_filter_algo", 5, 5),
+    ],
+)
+def test_backward_flags_accept_and_normalise(flag, value, canonical):
+    setattr(cudnn, flag, value)
+    assert getattr(cudnn, flag) == canonical
+    direction = {"conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
+    assert torch.ops.torch_cudnn_algo.get_legacy_algo(direction) == canonical
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("conv_bwd_data_algo", 6, "6 is out of range"),
+        ("conv_bwd_data_algo", "IMPLICIT_GEMM", "unknown algorithm"),
+        ("conv_bwd_filter_algo", 4, "not implemented by cuDNN"),
+        ("conv_bwd_filter_algo", "WINOGRAD", "not implemented by cuDNN"),
+        ("conv_bwd_filter_algo", 7, "7 is out of range"),
+    ],
+)
+def test_backward_flags_reject_bad_values(flag, value, message):
+    setattr(cudnn, flag, 1)
+    with pytest.raises(ValueError, match=message) as info:
+        setattr(cudnn, flag, value)
+    valid = str(info.value).split("valid values are")[1]
+    assert ("4 (WINOGRAD)" in valid) == (flag == "conv_bwd_data_algo")
+    assert getattr(cudnn, flag) == 1
+
+
 def test_flag_reaches_the_extension():
     cudnn.conv_fwd_algo = "FFT"
     assert torch.ops.torch_cudnn_algo.get_legacy_algo("fwd") == 4
@@ -89,10 +128,13 @@ def test_flag_reaches_the_extension():
 def test_flags_context_manager_restores_even_on_error():
     cudnn.conv_fwd_algo = 2
     with pytest.raises(KeyError):
-        with torch_cudnn_algo.flags(conv_fwd_algo="DIRECT", conv_algo_strict=True):
-            assert (cudnn.conv_fwd_algo, cudnn.conv_algo_strict) == (3, True)
+        with torch_cudnn_algo.flags(conv_fwd_algo="DIRECT", conv_bwd_data_algo=1, conv_bwd_filter_algo=3,
+                                    conv_algo_strict=True):
+            assert (cudnn.conv_fwd_algo, cudnn.conv_bwd_data_algo, cudnn.conv_bwd_filter_algo) == (3, 1, 3)
+            assert cudnn.conv_algo_strict is True
             raise KeyError("boom")
     assert (cudnn.conv_fwd_algo, cudnn.conv_algo_strict) == (2, False)
+    assert (cudnn.conv_bwd_data_algo, cudnn.conv_bwd_filter_algo) == (None, None)
 
 
 def test_flags_context_manager_validates_everything_first():

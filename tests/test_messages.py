@@ -9,9 +9,12 @@ import torch
 import torch_cudnn_algo
 
 
-def describe(input, weight, padding, stride, dilation, groups=1, algo=6, direction="fwd", strict=True):
+def describe(input, weight, padding, stride, dilation, groups=1, algo=6, direction="fwd", strict=True,
+             transposed=False, output_padding=None):
+    output_padding = output_padding or [0] * len(padding)
     return torch.ops.torch_cudnn_algo.describe_convolution(
-        direction, algo, input, weight, padding, stride, dilation, groups, False, True, strict
+        direction, algo, input, weight, padding, stride, dilation, groups, transposed, output_padding,
+        False, True, strict,
     )
 
 
@@ -49,6 +52,19 @@ y = torch.nn.functional.conv2d(x, w, stride=(2, 2), padding=(1, 1), dilation=(1,
         self.assertIn("requires_grad_()", repro)
         self.assertTrue(repro.endswith("y.backward(torch.randn_like(y))\n"))
         compile(repro, "repro", "exec")
+
+    def test_transposed_forward_is_a_backward_data_call(self):
+        x = torch.empty(2, 8, 5, 5, device="meta")
+        w = torch.empty(8, 3, 3, 3, device="meta")  # [C_in, C_out / groups, kH, kW]
+        text, repro = describe(x, w, [1, 1], [2, 2], [1, 1], algo=1, direction="bwd_data",
+                               transposed=True, output_padding=[1, 1])
+        self.assertExpectedInline(text, """conv_transpose2d: input [2, 8, 5, 5] torch.float32 contiguous, weight [8, 3, 3, 3], output [2, 3, 10, 10], stride [2, 2], padding [1, 1], output_padding [1, 1], dilation [1, 1], groups 1, allow_tf32=True, deterministic=False, device cuda:0""")
+        self.assertIn("torch.nn.functional.conv_transpose2d(x, w, stride=(2, 2), padding=(1, 1), output_padding=(1, 1), dilation=(1, 1), groups=1)", repro)
+        self.assertNotIn("backward", repro)  # the forward pass is the backward-data call
+        _, grad_repro = describe(x, w, [1, 1], [2, 2], [1, 1], algo=1, direction="fwd",
+                                 transposed=True, output_padding=[1, 1])
+        self.assertIn("y.backward(", grad_repro)  # its input gradient is the forward call
+        compile(grad_repro, "repro", "exec")
 
     def test_out_of_range_flag_message(self):
         with self.assertRaises(ValueError) as ctx:

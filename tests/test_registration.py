@@ -13,34 +13,63 @@ import torch_cudnn_algo
 
 cudnn = torch.backends.cudnn
 OP = "aten::cudnn_convolution"
+TRANSPOSE = "aten::cudnn_convolution_transpose"
+BACKWARD = "aten::convolution_backward"
 
 
-def cuda_kernel_line() -> str:
-    (line,) = [l for l in torch._C._dispatch_dump(OP).splitlines() if l.startswith("CUDA:")]
+def cuda_kernel_line(op: str = OP) -> str:
+    (line,) = [l for l in torch._C._dispatch_dump(op).splitlines() if l.startswith("CUDA:")]
     return line
 
 
-def test_stock_kernel_when_nothing_is_pinned():
+def test_stock_kernels_when_nothing_is_pinned():
     assert torch_cudnn_algo.active_overrides() == []
-    assert "RegisterCUDA" in cuda_kernel_line()
+    assert "RegisterCUDA" in cuda_kernel_line(OP)
+    assert "RegisterCUDA" in cuda_kernel_line(TRANSPOSE)
+    assert "RegisterCUDA" in cuda_kernel_line(BACKWARD)
 
 
 def test_override_follows_the_forward_flag(caplog):
     with caplog.at_level(logging.INFO, logger="torch_cudnn_algo"), warnings.catch_warnings():
         warnings.simplefilter("error")  # the dispatcher's override warning must not surface
         cudnn.conv_fwd_algo = 1
-        assert torch_cudnn_algo.active_overrides() == [OP]
-        assert "overrides.cpp" in cuda_kernel_line()
+        # convolution_backward too: a transposed convolution's input gradient is a forward call
+        assert torch_cudnn_algo.active_overrides() == [OP, BACKWARD]
+        assert "overrides.cpp" in cuda_kernel_line(OP)
+        assert "overrides.cpp" in cuda_kernel_line(BACKWARD)
         cudnn.conv_fwd_algo = 5  # changing the choice keeps one registration
-        assert torch_cudnn_algo.active_overrides() == [OP]
+        assert torch_cudnn_algo.active_overrides() == [OP, BACKWARD]
         cudnn.conv_fwd_algo = None
     assert torch_cudnn_algo.active_overrides() == []
     assert "RegisterCUDA" in cuda_kernel_line()
+    assert "RegisterCUDA" in cuda_kernel_line(BACKWARD)
     messages = [r.getMessage() for r in caplog.records]
     assert messages == [
         "registered override of aten::cudnn_convolution (CUDA) for the pinned algorithm",
+        "registered override of aten::convolution_backward (CUDA) for the pinned algorithm",
         "removed override of aten::cudnn_convolution; ATen's kernel is back",
+        "removed override of aten::convolution_backward; ATen's kernel is back",
     ]
+
+
+@pytest.mark.parametrize(
+    "flag, expected",
+    [("conv_bwd_data_algo", [TRANSPOSE, BACKWARD]), ("conv_bwd_filter_algo", [BACKWARD])],
+)
+def test_backward_flags_register_what_they_need(flag, expected):
+    setattr(cudnn, flag, 1)
+    assert torch_cudnn_algo.active_overrides() == expected
+    setattr(cudnn, flag, None)
+    assert torch_cudnn_algo.active_overrides() == []
+
+
+def test_overrides_stay_while_any_direction_is_pinned():
+    cudnn.conv_fwd_algo = 0
+    cudnn.conv_bwd_filter_algo = 1
+    cudnn.conv_fwd_algo = None
+    assert torch_cudnn_algo.active_overrides() == [BACKWARD]
+    cudnn.conv_bwd_filter_algo = None
+    assert torch_cudnn_algo.active_overrides() == []
 
 
 def test_strict_alone_registers_nothing():

@@ -118,8 +118,10 @@ def parse_algo_value(direction: LegacyDirection, value: object) -> int | None:
         name = text.upper()
         if name.startswith(direction.enum_prefix):
             name = name[len(direction.enum_prefix) :]
-        if name in direction.names:
-            return _check_index(direction, direction.names.index(name))
+        # cuDNN spells the numbered backward algorithms CUDNN_CONVOLUTION_BWD_*_ALGO_0.
+        for candidate in (name, "ALGO_" + name):
+            if candidate in direction.names:
+                return _check_index(direction, direction.names.index(candidate))
         if _ENGINE_NAME.fullmatch(text):
             raise NotAvailableYetError(
                 f"torch.backends.cudnn.{direction.flag} = {value!r}: cuDNN engine configuration "

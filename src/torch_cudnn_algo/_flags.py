@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import _extension
-from ._algorithms import FORWARD, LegacyDirection, parse_algo_value
+from ._algorithms import BACKWARD_DATA, BACKWARD_FILTER, FORWARD, LegacyDirection, parse_algo_value
 
 __all__ = ["FLAGS", "flags", "get_flag", "install", "set_flag"]
 
@@ -113,6 +113,8 @@ FLAGS: dict[str, Flag] = {
     flag.name: flag
     for flag in (
         _algo_flag(FORWARD),
+        _algo_flag(BACKWARD_DATA),
+        _algo_flag(BACKWARD_FILTER),
         Flag(
             name="conv_algo_strict",
             default=False,
@@ -210,6 +212,8 @@ _UNSET = object()
 @contextlib.contextmanager
 def flags(
     conv_fwd_algo: object = _UNSET,
+    conv_bwd_data_algo: object = _UNSET,
+    conv_bwd_filter_algo: object = _UNSET,
     conv_algo_strict: object = _UNSET,
 ) -> Iterator[None]:
     """Sets flags for the duration of a ``with`` block, like ``torch.backends.cudnn.flags``.
@@ -217,11 +221,13 @@ def flags(
     Every value is validated before any is applied; the previous values are
     restored on exit, also when the block raises.
     """
-    requested = {
-        name: value
-        for name, value in (("conv_fwd_algo", conv_fwd_algo), ("conv_algo_strict", conv_algo_strict))
-        if value is not _UNSET
+    given = {
+        "conv_fwd_algo": conv_fwd_algo,
+        "conv_bwd_data_algo": conv_bwd_data_algo,
+        "conv_bwd_filter_algo": conv_bwd_filter_algo,
+        "conv_algo_strict": conv_algo_strict,
     }
+    requested = {name: value for name, value in given.items() if value is not _UNSET}
     parsed = {name: FLAGS[name].parse(value) for name, value in requested.items()}
     previous = {name: _values[name] for name in parsed}
     applied: list[str] = []

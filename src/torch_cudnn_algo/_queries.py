@@ -66,34 +66,35 @@ def legacy_workspace_sizes(
     padding: IntOrSequence = 0,
     dilation: IntOrSequence = 1,
     groups: int = 1,
+    transposed: bool = False,
+    output_padding: IntOrSequence = 0,
     allow_tf32: bool | None = None,
 ) -> dict[int, int | None]:
     """Workspace bytes each legacy algorithm of ``direction`` asks for on this
     convolution, ``None`` where cuDNN does not support it. Nothing is executed.
 
     ``input`` and ``weight`` are CUDA tensors shaped as for ``torch.nn.functional.convNd``
-    (their memory format chooses NCHW or NHWC as PyTorch would); ``allow_tf32``
-    defaults to ``torch.backends.cudnn.allow_tf32``.
+    (``conv_transposeNd`` with ``transposed=True``); their memory format chooses NCHW
+    or NHWC as PyTorch would. ``direction`` is the cuDNN call: for a transposed
+    convolution the forward pass is ``"bwd_data"`` and the input gradient ``"fwd"``.
+    ``allow_tf32`` defaults to ``torch.backends.cudnn.allow_tf32``.
     """
     spec = _direction(direction)
-    if input.dim() == 3:  # conv1d reaches cuDNN as the 2-d problem [N, C, 1, L]
+    params = {"stride": stride, "padding": padding, "dilation": dilation, "output_padding": output_padding}
+    if input.dim() == 3:  # 1-d convolutions reach cuDNN as the 2-d problem [N, C, 1, L]
         input, weight = input.unsqueeze(2), weight.unsqueeze(2)
-        stride, padding, dilation = (
-            [1] + _expand("stride", stride, 1),
-            [0] + _expand("padding", padding, 1),
-            [1] + _expand("dilation", dilation, 1),
-        )
+        unit = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0}
+        params = {name: [unit[name]] + _expand(name, value, 1) for name, value in params.items()}
     spatial = input.dim() - 2
-    args = (
-        _expand("padding", padding, spatial),
-        _expand("stride", stride, spatial),
-        _expand("dilation", dilation, spatial),
-    )
+    p = {name: _expand(name, value, spatial) for name, value in params.items()}
     if allow_tf32 is None:
         allow_tf32 = torch.backends.cudnn.allow_tf32
     ops = _extension.ops()
     sizes: dict[int, int | None] = {}
     for algo in range(len(spec.names)):
-        bytes_ = ops.legacy_workspace_size(spec.key, input, weight, *args, groups, allow_tf32, algo)
+        bytes_ = ops.legacy_workspace_size(
+            spec.key, input, weight, p["padding"], p["stride"], p["dilation"], groups,
+            transposed, p["output_padding"], allow_tf32, algo,
+        )
         sizes[algo] = None if bytes_ < 0 else int(bytes_)
     return sizes

@@ -1,0 +1,75 @@
+// The CUDA kernel of aten::cudnn_convolution_transpose while conv_bwd_data_algo
+// is pinned: a transposed convolution's forward *is* cuDNN's backward-data call
+// (its output is the cuDNN problem's x), so it runs the pinned backward-data
+// algorithm; anything it does not handle goes to ATen's own kernel.
+#include "conv_key.h"
+#include "legacy_runner.h"
+#include "overrides.h"
+#include "selection.h"
+
+#include <ATen/ops/cudnn_convolution_transpose_native.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+namespace torch_cudnn_algo {
+namespace {
+
+at::Tensor cudnn_convolution_transpose_override(
+    const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef padding,
+    at::IntArrayRef output_padding, at::IntArrayRef stride, at::IntArrayRef dilation,
+    int64_t groups, bool benchmark, bool deterministic, bool allow_tf32) {
+  check_transposed_arguments(input, weight, padding, output_padding, stride, dilation, groups);
+  const auto stock = [&] {
+    return at::native::cudnn_convolution_transpose(input, weight, padding, output_padding, stride,
+                                                   dilation, groups, benchmark, deterministic,
+                                                   allow_tf32);
+  };
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  const int algo = pinned_legacy_algo(Direction::kBackwardData);
+  if (algo == kNoChoice || !is_cudnn_float_type(input.scalar_type())) {
+    return stock();
+  }
+  if (input.dim() == 3) {
+    const std::array<int64_t, 2> padding2d{0, padding[0]}, output_padding2d{0, output_padding[0]},
+        stride2d{1, stride[0]}, dilation2d{1, dilation[0]};
+    return cudnn_convolution_transpose_override(input.unsqueeze(2), weight.unsqueeze(2),
+                                                padding2d, output_padding2d, stride2d, dilation2d,
+                                                groups, benchmark, deterministic, allow_tf32)
+        .squeeze(2)
+        .contiguous();
+  }
+
+  const at::MemoryFormat format = stock_conv_memory_format(input, weight);
+  const auto output_sizes = conv_transpose_output_sizes(input.sizes(), weight.sizes(), padding,
+                                                        output_padding, stride, dilation, groups);
+  const at::IntArrayRef x_sizes(output_sizes.data(), input.dim());
+  at::Tensor output = at::empty(x_sizes, input.options().memory_format(format));
+  if (output.numel() == 0) {
+    return output;
+  }
+  if (input.numel() == 0) {
+    return output.zero_();
+  }
+  const ConvProblem problem{x_sizes, weight.sizes(), padding, stride, dilation, groups,
+                            /*transposed=*/true, output_padding};
+  const ConvKey key = make_conv_key(Direction::kBackwardData, algo, problem, input.scalar_type(),
+                                    input.device(), deterministic, allow_tf32, format);
+  TORCH_INTERNAL_ASSERT(key.output() == input.sizes(), "transposed geometry mismatch: ",
+                        key.output(), " vs ", input.sizes());
+  const auto plan = runnable_pinned_plan(key);
+  if (!plan) {
+    return stock();
+  }
+  run_legacy_backward_data(*plan, as_canonical(input, format), as_canonical(weight, format),
+                           output);
+  return output;
+}
+
+}  // namespace
+
+void register_transpose_override(torch::Library& lib) {
+  lib.impl("cudnn_convolution_transpose", TORCH_FN(cudnn_convolution_transpose_override));
+}
+
+}  // namespace torch_cudnn_algo
