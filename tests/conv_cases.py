@@ -18,17 +18,26 @@ class ConvForm:
     padding: int = 0
     dilation: int = 1
     groups: int = 1
+    transposed: bool = False
+    output_padding: int = 0
 
     @property
     def spatial_dims(self) -> int:
         return len(self.input_shape) - 2
 
     def conv(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.transposed:
+            fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[self.spatial_dims]
+            return fn(x, w, stride=self.stride, padding=self.padding, output_padding=self.output_padding,
+                      groups=self.groups, dilation=self.dilation)
         fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[self.spatial_dims]
         return fn(x, w, stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
 
-    def kwargs(self) -> dict[str, int]:
-        return dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+    def kwargs(self) -> dict[str, object]:
+        kwargs = dict(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+        if self.transposed:
+            kwargs.update(transposed=True, output_padding=self.output_padding)
+        return kwargs
 
 
 FORMS = [
@@ -42,6 +51,15 @@ FORMS = [
     ConvForm("conv2d_5x5", (2, 8, 32, 32), (16, 8, 5, 5), padding=2),
     ConvForm("conv3d", (2, 4, 7, 8, 9), (8, 4, 3, 3, 3), padding=1),
     ConvForm("conv3d_stride2", (2, 4, 9, 8, 9), (8, 4, 3, 3, 3), stride=2, padding=1),
+]
+
+
+TRANSPOSED_FORMS = [
+    ConvForm("conv_transpose1d", (2, 8, 15), (8, 4, 3), stride=2, padding=1, transposed=True, output_padding=1),
+    ConvForm("conv_transpose2d", (2, 8, 9, 10), (8, 6, 3, 3), stride=2, padding=1, transposed=True, output_padding=1),
+    ConvForm("conv_transpose2d_groups2", (2, 8, 9, 9), (8, 3, 3, 3), padding=1, groups=2, transposed=True),
+    ConvForm("conv_transpose2d_dilation2", (2, 8, 9, 9), (8, 6, 3, 3), dilation=2, transposed=True),
+    ConvForm("conv_transpose3d", (2, 4, 5, 6, 7), (4, 4, 3, 3, 3), stride=2, padding=1, transposed=True, output_padding=1),
 ]
 
 
@@ -67,19 +85,25 @@ LAYOUTS = ["contiguous", "channels_last"]
 # FFT and Winograd compute through transforms whose rounding error grows with the
 # tile and kernel size (measured on the H100: 4.7e-4 for WINOGRAD_NONFUSED on a
 # 5x5 fp32 conv with FMA math); cuDNN documents them as less accurate.
-TRANSFORM_FWD_ALGOS = frozenset({4, 5, 6, 7})
+TRANSFORM_ALGOS = {
+    "fwd": frozenset({4, 5, 6, 7}),  # FFT, FFT_TILING, WINOGRAD, WINOGRAD_NONFUSED
+    "bwd_data": frozenset({2, 3, 4, 5}),  # FFT, FFT_TILING, WINOGRAD, WINOGRAD_NONFUSED
+    "bwd_filter": frozenset({2, 5, 6}),  # FFT, WINOGRAD_NONFUSED, FFT_TILING
+}
+TRANSFORM_FWD_ALGOS = TRANSFORM_ALGOS["fwd"]
 TRANSFORM_TOLERANCE = 2e-3
 
 
-def tolerance(case: "DtypeCase", algo: int | None) -> float:
-    if algo in TRANSFORM_FWD_ALGOS:
+def tolerance(case: "DtypeCase", algo: int | None, direction: str = "fwd") -> float:
+    if algo in TRANSFORM_ALGOS[direction]:
         return max(case.tolerance, TRANSFORM_TOLERANCE)
     return case.tolerance
 
 
-def form_layouts() -> list[tuple["ConvForm", str]]:
+def form_layouts(forms: list["ConvForm"] | None = None) -> list[tuple["ConvForm", str]]:
     """Every (form, layout) pair that exists: 1-d convolutions have no channels-last."""
-    return [(form, layout) for form in FORMS for layout in LAYOUTS if memory_format(layout, form.spatial_dims)]
+    return [(form, layout) for form in (forms or FORMS) for layout in LAYOUTS
+            if memory_format(layout, form.spatial_dims)]
 
 
 def memory_format(layout: str, spatial_dims: int) -> torch.memory_format | None:
@@ -115,6 +139,15 @@ def reaches_cudnn(form: ConvForm, x: torch.Tensor, w: torch.Tensor) -> bool:
     """Whether stock PyTorch routes this convolution to cuDNN at all."""
     n = form.spatial_dims
     backend = torch._C._select_conv_backend(
-        x, w, None, [form.stride] * n, [form.padding] * n, [form.dilation] * n, False, [0] * n, form.groups
+        x, w, None, [form.stride] * n, [form.padding] * n, [form.dilation] * n, form.transposed,
+        [form.output_padding] * n, form.groups,
     )
-    return backend == torch._C._ConvBackend.Cudnn
+    expected = torch._C._ConvBackend.CudnnTranspose if form.transposed else torch._C._ConvBackend.Cudnn
+    return backend == expected
+
+
+def reference_grads(form: ConvForm, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor):
+    """float64 CPU gradients of the convolution w.r.t. input and weight."""
+    x64 = x.detach().double().cpu().requires_grad_()
+    w64 = w.detach().double().cpu().requires_grad_()
+    return torch.autograd.grad(form.conv(x64, w64), (x64, w64), grad.double().cpu())
