@@ -58,7 +58,7 @@ def check_pinned_gradients(direction, algo, form, layout, case, caplog):
         w.requires_grad_()
         stock_out = form.conv(x, w)
         grad = torch.randn(stock_out.shape, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
-        grad = grad.to(case.dtype).cuda().contiguous(memory_format=torch._prims_common.suggest_memory_format(stock_out))
+        grad = torch.empty_like(stock_out).copy_(grad)  # stock output's layout, as autograd would give
         stock_gx, stock_gw = torch.autograd.grad(stock_out, (x, w), grad)
         ref_gx, ref_gw = reference_grads(form, x, w, grad)
         workspace = torch_cudnn_algo.legacy_workspace_sizes(
@@ -173,7 +173,7 @@ def test_bias_gradient_and_output_mask():
                 if wanted:
                     assert relative_error(a, b) < 1e-10
                 else:
-                    assert a is None or a.numel() == 0 or not wanted
+                    assert a is None
 
 
 def test_training_with_all_directions_pinned_follows_stock():
