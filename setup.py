@@ -85,6 +85,28 @@ def find_cudnn() -> tuple[Path, Path, int]:
     return include_dir, lib_dir, major
 
 
+def find_cudnn_frontend_include() -> Path:
+    """Headers of the pip package nvidia-cudnn-frontend (header-only, build time only)."""
+    candidates = []
+    if os.environ.get("CUDNN_FRONTEND_INCLUDE_DIR"):
+        candidates.append(Path(os.environ["CUDNN_FRONTEND_INCLUDE_DIR"]))
+    try:
+        from importlib import metadata
+
+        for file in metadata.files("nvidia-cudnn-frontend") or []:
+            if file.name == "cudnn_frontend.h":
+                candidates.append(Path(file.locate()).resolve().parent)
+    except metadata.PackageNotFoundError:
+        pass
+    found = _first_dir_with(candidates, "cudnn_frontend.h")
+    if found is None:
+        sys.exit(
+            "torch-cudnn-algo: cudnn_frontend.h not found; `pip install nvidia-cudnn-frontend` "
+            f"or set CUDNN_FRONTEND_INCLUDE_DIR. Looked in: {[str(c) for c in candidates]}"
+        )
+    return found
+
+
 def find_cuda_includes() -> list[Path]:
     """CUDA header directories: one with complete runtime headers, then the pip
     CUDA packages' (torch's CUDA headers also want cuBLAS/cuSPARSE/cuSOLVER headers,
@@ -120,12 +142,14 @@ def find_cuda_includes() -> list[Path]:
 def make_extension() -> CppExtension:
     cudnn_include, cudnn_lib, cudnn_major = find_cudnn()
     cuda_includes = find_cuda_includes()
+    frontend_include = find_cudnn_frontend_include()
     print(
         "torch-cudnn-algo build configuration:\n"
         f"  torch          {torch.__version__} (CUDA {torch.version.cuda}) at {Path(torch.__file__).parent}\n"
         f"  cuDNN headers  {cudnn_include}\n"
         f"  cuDNN library  {cudnn_lib}/libcudnn.so.{cudnn_major}\n"
         f"  CUDA headers   {', '.join(map(str, cuda_includes))}\n"
+        f"  cuDNN frontend {frontend_include}\n"
         f"  python         {sys.version.split()[0]} (stable ABI, abi3)",
         flush=True,
     )
@@ -133,10 +157,13 @@ def make_extension() -> CppExtension:
     return CppExtension(
         name="torch_cudnn_algo._C",
         sources=sources,
-        include_dirs=[str(cudnn_include)] + [str(d) for d in cuda_includes],
+        include_dirs=[str(cudnn_include), str(frontend_include)] + [str(d) for d in cuda_includes],
         library_dirs=[str(cudnn_lib)],
         libraries=["c10_cuda", "torch_cuda"],
-        extra_compile_args={"cxx": ["-O2"]},
+        # The frontend dlopens cuDNN, NVRTC and the driver itself instead of linking
+        # them: the process keeps torch's cuDNN and needs no NVRTC until an engine
+        # compiles at run time.
+        extra_compile_args={"cxx": ["-O2", "-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING"]},
         # Link the soname torch itself loads, so the process keeps a single cuDNN.
         # The rpaths find it next to torch in site-packages, or where we built.
         extra_link_args=[

@@ -9,7 +9,7 @@
 // Every gradient that is not pinned (or whose pinned algorithm cannot run) and
 // every other backend come from at::native::convolution_backward, in one call.
 #include "conv_key.h"
-#include "legacy_runner.h"
+#include "plan.h"
 #include "overrides.h"
 #include "selection.h"
 
@@ -81,11 +81,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
                                             padding, dilation, transposed, output_padding, groups,
                                             mask);
   };
-  const int data_algo =
-      pinned_legacy_algo(transposed ? Direction::kForward : Direction::kBackwardData);
-  const int filter_algo = pinned_legacy_algo(Direction::kBackwardFilter);
-  const bool pin_data = output_mask[0] && data_algo != kNoChoice;
-  const bool pin_filter = output_mask[1] && filter_algo != kNoChoice;
+  const auto data_choice =
+      pinned_choice(transposed ? Direction::kForward : Direction::kBackwardData);
+  const auto filter_choice = pinned_choice(Direction::kBackwardFilter);
+  const bool pin_data = output_mask[0] && data_choice;
+  const bool pin_filter = output_mask[1] && filter_choice;
   // Empty tensors: ATen's cuDNN backward returns without calling cuDNN.
   if (!(pin_data || pin_filter) || !is_cudnn_float_type(input.scalar_type()) ||
       input.numel() == 0 || grad_output.numel() == 0 || weight.numel() == 0 ||
@@ -124,31 +124,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   const at::Tensor& x = transposed ? go : in;
   const at::Tensor& y = transposed ? in : go;
   const ConvProblem problem{x.sizes(), w.sizes(), pad, str, dil, groups, transposed, out_pad};
-  const auto key_for = [&](Direction direction, int algo, at::MemoryFormat format) {
-    return make_conv_key(direction, algo, problem, dtype, in.device(), deterministic, allow_tf32,
-                         format);
+  const auto key_for = [&](Direction direction, at::MemoryFormat format) {
+    return make_conv_key(direction, kNoChoice, problem, dtype, in.device(), deterministic,
+                         allow_tf32, format);
   };
 
   at::Tensor grad_input, grad_weight, grad_bias;
   if (pin_data) {
     const Direction direction = transposed ? Direction::kForward : Direction::kBackwardData;
-    if (const auto plan = runnable_pinned_plan(key_for(direction, data_algo, data_format))) {
+    if (const auto plan = runnable_pinned_plan(*data_choice, key_for(direction, data_format))) {
+      // Forward (transposed) takes (x = grad_output, w); backward-data (dy, w): same operands.
       grad_input = at::empty(in.sizes(), in.options().memory_format(data_format));
-      const at::Tensor dy = as_canonical(go, data_format), wc = as_canonical(w, data_format);
-      if (transposed) {
-        run_legacy_forward(*plan, dy, wc, grad_input);
-      } else {
-        run_legacy_backward_data(*plan, dy, wc, grad_input);
-      }
+      plan->run(as_canonical(go, data_format), as_canonical(w, data_format), grad_input);
       if (is_1d) grad_input = grad_input.squeeze(2);
     }
   }
   if (pin_filter) {
     if (const auto plan = runnable_pinned_plan(
-            key_for(Direction::kBackwardFilter, filter_algo, filter_format))) {
+            *filter_choice, key_for(Direction::kBackwardFilter, filter_format))) {
       grad_weight = at::empty(w.sizes(), w.options().memory_format(filter_format));
-      run_legacy_backward_filter(*plan, as_canonical(x, filter_format),
-                                 as_canonical(y, filter_format), grad_weight);
+      plan->run(as_canonical(x, filter_format), as_canonical(y, filter_format), grad_weight);
       if (is_1d) grad_weight = grad_weight.squeeze(2);
     }
   }

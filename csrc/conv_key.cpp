@@ -276,7 +276,7 @@ std::string describe_conv(const ConvKey& key) {
   return out.str();
 }
 
-std::string python_repro(const ConvKey& key, bool strict) {
+std::string python_repro(const ConvKey& key, const std::string& choice_literal, bool strict) {
   const int spatial_dims = key.dim - 2;
   const char* dtype = torch_dtype_name(key.scalar_type());
   // Which pass issues the pinned call: a transposed convolution's forward is the
@@ -288,8 +288,8 @@ std::string python_repro(const ConvKey& key, bool strict) {
   out << "import torch\n"
       << "torch.backends.cudnn.allow_tf32 = " << (key.allow_tf32 ? "True" : "False") << "\n"
       << "torch.backends.cudnn.deterministic = " << (key.deterministic ? "True" : "False") << "\n"
-      << "torch.backends.cudnn." << direction_flag_name(key.dir()) << " = " << key.algo << "  # "
-      << legacy_algo_name(key.dir(), key.algo) << "\n"
+      << "torch.backends.cudnn." << direction_flag_name(key.dir()) << " = " << choice_literal
+      << "\n"
       << "torch.backends.cudnn.conv_algo_strict = " << (strict ? "True" : "False") << "\n"
       << "x = torch.randn(" << python_tuple(key.transposed ? key.output() : key.input())
       << ", dtype=" << dtype << ", device='cuda:" << static_cast<int>(key.device) << "')";

@@ -118,7 +118,8 @@ ConvKey make_conv_key(Direction direction, int algo, const ConvProblem& problem,
 // "conv2d: input [8, 64, 56, 56] float16 channels_last, weight [64, 64, 3, 3], ..."
 std::string describe_conv(const ConvKey& key);
 
-// A self-contained Python snippet reproducing the call with the pinned choice.
-std::string python_repro(const ConvKey& key, bool strict);
+// A self-contained Python snippet reproducing the call with the pinned choice,
+// given as the Python literal the flag is assigned ("1  # IMPLICIT_PRECOMP_GEMM").
+std::string python_repro(const ConvKey& key, const std::string& choice_literal, bool strict);
 
 }  // namespace torch_cudnn_algo

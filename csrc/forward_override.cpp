@@ -2,7 +2,7 @@
 // the pinned legacy algorithm, or hands the call to ATen's own kernel
 // (at::native::cudnn_convolution) for anything it does not handle.
 #include "conv_key.h"
-#include "legacy_runner.h"
+#include "plan.h"
 #include "overrides.h"
 #include "selection.h"
 
@@ -26,8 +26,8 @@ at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor&
                                          benchmark, deterministic, allow_tf32);
   };
   const c10::cuda::CUDAGuard device_guard(input.device());
-  const int algo = pinned_legacy_algo(Direction::kForward);
-  if (algo == kNoChoice || !is_cudnn_float_type(input.scalar_type())) {
+  const auto choice = pinned_choice(Direction::kForward);
+  if (!choice || !is_cudnn_float_type(input.scalar_type())) {
     return stock();  // unpinned meanwhile, or a dtype ATen rejects with its own message
   }
   if (input.dim() == 3) {
@@ -53,13 +53,13 @@ at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor&
     return output.zero_();  // zero input channels: every output is an empty sum
   }
   const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
-  const auto plan = runnable_pinned_plan(make_conv_key(Direction::kForward, algo, problem,
-                                                       input.scalar_type(), input.device(),
-                                                       deterministic, allow_tf32, format));
+  const auto plan = runnable_pinned_plan(
+      *choice, make_conv_key(Direction::kForward, kNoChoice, problem, input.scalar_type(),
+                             input.device(), deterministic, allow_tf32, format));
   if (!plan) {
     return stock();
   }
-  run_legacy_forward(*plan, as_canonical(input, format), as_canonical(weight, format), output);
+  plan->run(as_canonical(input, format), as_canonical(weight, format), output);
   return output;
 }
 

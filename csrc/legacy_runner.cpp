@@ -1,18 +1,25 @@
 #include "legacy_runner.h"
 
+#include "cudnn_handle.h"
 #include "legacy_algorithms.h"
+#include "plan_cache.h"
 
-#include <ATen/cudnn/Handle.h>
+#include <ATen/cudnn/Descriptors.h>
 #include <ATen/cudnn/Types.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAStream.h>
 
 #include <limits>
-#include <mutex>
-#include <unordered_map>
 
 namespace torch_cudnn_algo {
 namespace {
+
+struct LegacyPlan final : Plan {
+  at::native::TensorDescriptor x_desc;  // cuDNN forward input  (dx for bwd-data)
+  at::native::FilterDescriptor w_desc;  // filter               (dw for bwd-filter)
+  at::native::TensorDescriptor y_desc;  // cuDNN forward output (dy for backward)
+  at::native::ConvolutionDescriptor conv_desc;
+
+  void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const override;
+};
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
@@ -86,12 +93,6 @@ void set_conv_desc(at::native::ConvolutionDescriptor& desc, const ConvKey& key) 
   TORCH_CUDNN_ALGO_CHECK(cudnnSetConvolutionMathType(desc.mut_desc(), math_type(key)));
 }
 
-cudnnHandle_t current_handle() {
-  cudnnHandle_t handle = at::native::getCudnnHandle();
-  TORCH_CUDNN_ALGO_CHECK(cudnnSetStream(handle, c10::cuda::getCurrentCUDAStream()));
-  return handle;
-}
-
 // Name of the workspace query of a direction, for error messages.
 const char* workspace_query_name(Direction direction) {
   switch (direction) {
@@ -141,6 +142,7 @@ std::shared_ptr<LegacyPlan> build_plan(const ConvKey& key) {
   auto plan = std::make_shared<LegacyPlan>();
   plan->key = key;
   const Direction direction = key.dir();
+  plan->choice = describe_legacy_algo(direction, key.algo);
   TORCH_INTERNAL_ASSERT(legacy_algo_is_implemented(direction, key.algo));
   if (!fits_int32(key)) {
     plan->refusal =
@@ -153,7 +155,7 @@ std::shared_ptr<LegacyPlan> build_plan(const ConvKey& key) {
   set_tensor_desc(plan->y_desc, dtype, key.output(), key.format());
   set_conv_desc(plan->conv_desc, key);
 
-  const cudnnHandle_t handle = current_handle();
+  const cudnnHandle_t handle = current_cudnn_handle();
   if (key.deterministic && !legacy_algo_is_deterministic(direction, key.algo)) {
     plan->refusal =
         "it is non-deterministic and deterministic algorithms are required "
@@ -169,21 +171,14 @@ std::shared_ptr<LegacyPlan> build_plan(const ConvKey& key) {
     if (legacy_algo_is_implemented(direction, algo) &&
         (!key.deterministic || legacy_algo_is_deterministic(direction, algo)) &&
         supported_workspace(handle, *plan, algo)) {
-      plan->runnable_algos.push_back(algo);
+      plan->alternatives.push_back(describe_legacy_algo(direction, algo));
     }
   }
   return plan;
 }
 
-// Process-lifetime cache. Deliberately leaked: destroying cuDNN descriptors from a
-// static destructor can run after cuDNN itself was unloaded.
-struct PlanCache {
-  std::mutex mutex;
-  std::unordered_map<ConvKey, std::shared_ptr<const LegacyPlan>, ConvKeyHash> plans;
-};
-
-PlanCache& plan_cache() {
-  static auto* cache = new PlanCache();
+PlanCache<ConvKey, ConvKeyHash>& legacy_cache() {
+  static auto* cache = new PlanCache<ConvKey, ConvKeyHash>();  // leaked: see PlanCache
   return *cache;
 }
 
@@ -197,90 +192,54 @@ struct Scaling {
   double one_d = 1.0, zero_d = 0.0;
 };
 
-c10::DataPtr allocate_workspace(const LegacyPlan& plan) {
-  return c10::cuda::CUDACachingAllocator::get()->allocate(plan.workspace_bytes);
-}
-
-void check_runnable(const LegacyPlan& plan, Direction direction) {
-  TORCH_INTERNAL_ASSERT(plan.refusal.empty(), "running a refused plan: ", plan.refusal);
-  TORCH_INTERNAL_ASSERT(plan.key.dir() == direction);
-}
-
 }  // namespace
 
-std::shared_ptr<const LegacyPlan> get_legacy_plan(const ConvKey& key, bool* created) {
-  auto& cache = plan_cache();
-  {
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    const auto it = cache.plans.find(key);
-    if (it != cache.plans.end()) {
-      *created = false;
-      return it->second;
-    }
+void LegacyPlan::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
+  TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused plan: ", refusal);
+  const cudnnHandle_t handle = current_cudnn_handle();
+  const c10::DataPtr workspace = allocate_workspace(workspace_bytes);
+  const Scaling scaling(key.scalar_type());
+  switch (key.dir()) {
+    case Direction::kForward:  // a = x, b = w, out = y
+      TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionForward(
+          handle, scaling.one(), x_desc.desc(), a.const_data_ptr(), w_desc.desc(),
+          b.const_data_ptr(), conv_desc.desc(), static_cast<cudnnConvolutionFwdAlgo_t>(key.algo),
+          workspace.get(), workspace_bytes, scaling.zero(), y_desc.desc(), out.data_ptr()));
+      return;
+    case Direction::kBackwardData:  // a = dy, b = w, out = dx
+      TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionBackwardData(
+          handle, scaling.one(), w_desc.desc(), b.const_data_ptr(), y_desc.desc(),
+          a.const_data_ptr(), conv_desc.desc(),
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(key.algo), workspace.get(), workspace_bytes,
+          scaling.zero(), x_desc.desc(), out.data_ptr()));
+      return;
+    case Direction::kBackwardFilter:  // a = x, b = dy, out = dw
+      TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionBackwardFilter(
+          handle, scaling.one(), x_desc.desc(), a.const_data_ptr(), y_desc.desc(),
+          b.const_data_ptr(), conv_desc.desc(),
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(key.algo), workspace.get(),
+          workspace_bytes, scaling.zero(), w_desc.desc(), out.data_ptr()));
+      return;
   }
-  // Built outside the lock: cuDNN queries must not serialize unrelated threads.
-  std::shared_ptr<const LegacyPlan> plan = build_plan(key);
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  const auto [it, inserted] = cache.plans.emplace(key, std::move(plan));
-  *created = inserted;
-  return it->second;
+  TORCH_INTERNAL_ASSERT(false, "unknown direction");
+}
+
+std::shared_ptr<const Plan> get_legacy_plan(const ConvKey& key, bool* created) {
+  return legacy_cache().get(key, created, [&] { return build_plan(key); });
 }
 
 void clear_legacy_plans() {
-  auto& cache = plan_cache();
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  cache.plans.clear();
+  legacy_cache().clear();
 }
 
 size_t legacy_plan_count() {
-  auto& cache = plan_cache();
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  return cache.plans.size();
+  return legacy_cache().size();
 }
 
 std::optional<size_t> legacy_workspace_size(const ConvKey& key) {
   auto plan = build_plan(key);
   if (!plan->refusal.empty()) return std::nullopt;
   return plan->workspace_bytes;
-}
-
-void run_legacy_forward(const LegacyPlan& plan, const at::Tensor& x, const at::Tensor& w,
-                        const at::Tensor& y) {
-  check_runnable(plan, Direction::kForward);
-  const cudnnHandle_t handle = current_handle();
-  const c10::DataPtr workspace = allocate_workspace(plan);
-  const Scaling scaling(plan.key.scalar_type());
-  TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionForward(
-      handle, scaling.one(), plan.x_desc.desc(), x.const_data_ptr(), plan.w_desc.desc(),
-      w.const_data_ptr(), plan.conv_desc.desc(),
-      static_cast<cudnnConvolutionFwdAlgo_t>(plan.key.algo), workspace.get(),
-      plan.workspace_bytes, scaling.zero(), plan.y_desc.desc(), y.data_ptr()));
-}
-
-void run_legacy_backward_data(const LegacyPlan& plan, const at::Tensor& dy, const at::Tensor& w,
-                              const at::Tensor& dx) {
-  check_runnable(plan, Direction::kBackwardData);
-  const cudnnHandle_t handle = current_handle();
-  const c10::DataPtr workspace = allocate_workspace(plan);
-  const Scaling scaling(plan.key.scalar_type());
-  TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionBackwardData(
-      handle, scaling.one(), plan.w_desc.desc(), w.const_data_ptr(), plan.y_desc.desc(),
-      dy.const_data_ptr(), plan.conv_desc.desc(),
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.key.algo), workspace.get(),
-      plan.workspace_bytes, scaling.zero(), plan.x_desc.desc(), dx.data_ptr()));
-}
-
-void run_legacy_backward_filter(const LegacyPlan& plan, const at::Tensor& x,
-                                const at::Tensor& dy, const at::Tensor& dw) {
-  check_runnable(plan, Direction::kBackwardFilter);
-  const cudnnHandle_t handle = current_handle();
-  const c10::DataPtr workspace = allocate_workspace(plan);
-  const Scaling scaling(plan.key.scalar_type());
-  TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionBackwardFilter(
-      handle, scaling.one(), plan.x_desc.desc(), x.const_data_ptr(), plan.y_desc.desc(),
-      dy.const_data_ptr(), plan.conv_desc.desc(),
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.key.algo), workspace.get(),
-      plan.workspace_bytes, scaling.zero(), plan.w_desc.desc(), dw.data_ptr()));
 }
 
 }  // namespace torch_cudnn_algo

@@ -1,6 +1,7 @@
 // Control surface of the extension, as torch.ops.torch_cudnn_algo.* operators.
 // The Python package wraps these; they are not meant to be called directly.
 #include "common.h"
+#include "graph_runner.h"
 #include "conv_key.h"
 #include "legacy_algorithms.h"
 #include "legacy_runner.h"
@@ -22,7 +23,22 @@ void set_legacy_algo(const std::string& direction, int64_t algo) {
 }
 
 int64_t get_legacy_algo(const std::string& direction) {
-  return pinned_legacy_algo(parse_direction(direction));
+  const auto choice = pinned_choice(parse_direction(direction));
+  return choice ? choice->legacy_algo : kNoChoice;
+}
+
+void set_engine(const std::string& direction, const std::string& name) {
+  set_pinned_engine(parse_direction(direction), name);
+}
+
+std::string get_engine(const std::string& direction) {
+  const auto choice = pinned_choice(parse_direction(direction));
+  return choice ? choice->engine : "";
+}
+
+// The canonical form of an engine configuration name (ValueError if malformed).
+std::string canonical_engine_name(const std::string& name) {
+  return parse_engine_name(name).canonical;
 }
 
 void set_strict(bool strict) {
@@ -43,10 +59,11 @@ std::vector<std::string> get_active_overrides() {
 
 void clear_plan_cache() {
   clear_legacy_plans();
+  clear_graph_plans();
 }
 
 int64_t plan_cache_size() {
-  return static_cast<int64_t>(legacy_plan_count());
+  return static_cast<int64_t>(legacy_plan_count() + graph_plan_count());
 }
 
 // The key of a user-level convolution (as F.convNd / F.conv_transposeNd take it)
@@ -102,7 +119,45 @@ std::tuple<std::string, std::string> describe_convolution(
     bool strict) {
   const ConvKey key = user_conv_key(direction, algo, input, weight, padding, stride, dilation,
                                     groups, transposed, output_padding, deterministic, allow_tf32);
-  return {describe_conv(key), python_repro(key, strict)};
+  return {describe_conv(key),
+          python_repro(key, std::to_string(algo) + "  # " + legacy_algo_name(key.dir(), key.algo),
+                       strict)};
+}
+
+using EngineTable = std::tuple<std::vector<std::string>, std::vector<std::string>,
+                               std::vector<int64_t>, std::vector<std::string>,
+                               std::vector<std::string>, std::vector<std::string>,
+                               std::vector<std::string>>;
+
+// The engine configurations cuDNN offers for a convolution, as columns: name,
+// source, workspace bytes (-1 unknown), numerical notes, behaviour notes, knob
+// space, refusal under the current precision/determinism settings.
+EngineTable engine_configs(const std::string& direction, const at::Tensor& input,
+                           const at::Tensor& weight, at::IntArrayRef padding,
+                           at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
+                           bool transposed, at::IntArrayRef output_padding, bool deterministic,
+                           bool allow_tf32) {
+  TORCH_CHECK(input.is_cuda(), "torch_cudnn_algo: engine_configs needs CUDA tensors");
+  const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation,
+                                    groups, transposed, output_padding, deterministic, allow_tf32);
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  EngineTable table;
+  auto& [names, sources, workspaces, numerical, behavior, knobs, refusals] = table;
+  const auto join = [](const std::vector<std::string>& notes) {
+    std::string out;
+    for (const auto& note : notes) out += (out.empty() ? "" : ",") + note;
+    return out;
+  };
+  for (const auto& candidate : list_engine_candidates(key)) {
+    names.push_back(candidate.name);
+    sources.push_back(candidate.source);
+    workspaces.push_back(candidate.workspace);
+    numerical.push_back(join(candidate.numerical_notes));
+    behavior.push_back(join(candidate.behavior_notes));
+    knobs.push_back(candidate.knob_space);
+    refusals.push_back(candidate.refusal);
+  }
+  return table;
 }
 
 int64_t cudnn_runtime_version() {
@@ -114,6 +169,9 @@ int64_t cudnn_runtime_version() {
 TORCH_LIBRARY(torch_cudnn_algo, m) {
   m.def("set_legacy_algo(str direction, int algo) -> ()", &set_legacy_algo);
   m.def("get_legacy_algo(str direction) -> int", &get_legacy_algo);
+  m.def("set_engine(str direction, str name) -> ()", &set_engine);
+  m.def("get_engine(str direction) -> str", &get_engine);
+  m.def("canonical_engine_name(str name) -> str", &canonical_engine_name);
   m.def("set_strict(bool strict) -> ()", &set_strict);
   m.def("get_strict() -> bool", &get_strict);
   m.def("legacy_algo_names(str direction) -> str[]", &get_legacy_algo_names);
@@ -130,6 +188,11 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "int[] stride, int[] dilation, int groups, bool transposed, int[] output_padding, "
       "bool deterministic, bool allow_tf32, bool strict) -> (str, str)",
       &describe_convolution);
+  m.def(
+      "engine_configs(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
+      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
+      "bool allow_tf32) -> (str[], str[], int[], str[], str[], str[], str[])",
+      &engine_configs);
   m.def("cudnn_runtime_version() -> int", &cudnn_runtime_version);
 }
 

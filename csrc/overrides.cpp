@@ -35,18 +35,18 @@ struct Override {
 };
 
 bool forward_pinned() {
-  return pinned_legacy_algo(Direction::kForward) != kNoChoice;
+  return pinned_choice(Direction::kForward) != nullptr;
 }
 
 bool backward_data_pinned() {
-  return pinned_legacy_algo(Direction::kBackwardData) != kNoChoice;
+  return pinned_choice(Direction::kBackwardData) != nullptr;
 }
 
 // convolution_backward serves every direction: a transposed convolution's input
 // gradient is a forward call.
 bool anything_pinned() {
   for (int i = 0; i < kNumDirections; ++i) {
-    if (pinned_legacy_algo(static_cast<Direction>(i)) != kNoChoice) return true;
+    if (pinned_choice(static_cast<Direction>(i))) return true;
   }
   return false;
 }

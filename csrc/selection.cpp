@@ -1,45 +1,33 @@
 #include "selection.h"
 
+#include "graph_runner.h"
 #include "legacy_algorithms.h"
 #include "legacy_runner.h"
 #include "overrides.h"
 #include "python_bridge.h"
 
 #include <array>
-#include <atomic>
 #include <mutex>
 
 namespace torch_cudnn_algo {
 namespace {
 
-std::array<std::atomic<int>, kNumDirections> g_pinned_algo{kNoChoice, kNoChoice, kNoChoice};
+// Read with std::atomic_load: the published Choice is immutable.
+std::array<std::shared_ptr<const Choice>, kNumDirections> g_choices;
 std::atomic<bool> g_strict{false};
 // Serializes writers so the registered overrides always match the last write.
 std::mutex g_write_mutex;
 
-}  // namespace
-
-int pinned_legacy_algo(Direction direction) {
-  return g_pinned_algo[static_cast<int>(direction)].load(std::memory_order_relaxed);
-}
-
-void set_pinned_legacy_algo(Direction direction, int algo) {
-  if (algo != kNoChoice) {
-    TORCH_CHECK_VALUE(algo >= 0 && algo < legacy_algo_count(direction), "torch_cudnn_algo: ",
-                      direction_name(direction), " legacy algorithm must be in [0, ",
-                      legacy_algo_count(direction), ") or None, got ", algo);
-    TORCH_CHECK_VALUE(legacy_algo_is_implemented(direction, algo), "torch_cudnn_algo: ",
-                      direction_name(direction), " algorithm ",
-                      describe_legacy_algo(direction, algo), " is not implemented by cuDNN");
-  }
+void publish(Direction direction, std::shared_ptr<const Choice> choice) {
   std::vector<std::string> log_lines;
   {
     std::lock_guard<std::mutex> lock(g_write_mutex);
-    const int previous = g_pinned_algo[static_cast<int>(direction)].exchange(algo);
+    auto& slot = g_choices[static_cast<int>(direction)];
+    auto previous = std::atomic_exchange(&slot, std::move(choice));
     try {
       log_lines = sync_overrides();
     } catch (...) {
-      g_pinned_algo[static_cast<int>(direction)].store(previous);
+      std::atomic_store(&slot, std::move(previous));
       throw;
     }
   }
@@ -50,36 +38,28 @@ void set_pinned_legacy_algo(Direction direction, int algo) {
   }
 }
 
-bool strict_mode() {
-  return g_strict.load(std::memory_order_relaxed);
-}
-
-void set_strict_mode(bool strict) {
-  g_strict.store(strict);
-}
-
-namespace {
-
-void handle_refusal(const LegacyPlan& plan) {
+void handle_refusal(const Plan& plan, const Choice& choice) {
   const ConvKey& key = plan.key;
-  std::string runnable;
-  for (const int algo : plan.runnable_algos) {
-    runnable += (runnable.empty() ? "" : ", ") + describe_legacy_algo(key.dir(), algo);
+  std::string alternatives;
+  for (const auto& name : plan.alternatives) {
+    alternatives += (alternatives.empty() ? "" : ", ") + name;
   }
-  if (runnable.empty()) runnable = "none";
-  const std::string asked = std::string("torch.backends.cudnn.") + direction_flag_name(key.dir()) +
-                            " = " + describe_legacy_algo(key.dir(), key.algo);
+  if (alternatives.empty()) alternatives = "none";
+  const char* kind = choice.is_engine() ? "Engine configurations" : "Legacy algorithms";
+  const std::string asked = std::string("torch.backends.cudnn.") +
+                            direction_flag_name(key.dir()) + " = " +
+                            (choice.is_engine() ? "'" + choice.engine + "'" : plan.choice);
   if (strict_mode()) {
     TORCH_CHECK(false, "torch_cudnn_algo: ", asked, " cannot run this convolution: ",
-                plan.refusal, ".\n  convolution: ", describe_conv(key),
-                "\n  legacy algorithms that can run it: ", runnable,
+                plan.refusal, ".\n  convolution: ", describe_conv(key), "\n  ", kind,
+                " that can run it: ", alternatives,
                 "\n  (conv_algo_strict=True makes this an error; with False the stock path runs "
                 "after a warning)\nRepro:\n",
-                python_repro(key, /*strict=*/true));
+                python_repro(key, choice.python_literal(key.dir()), /*strict=*/true));
   }
   if (!plan.warned.exchange(true)) {
     warn_user("torch_cudnn_algo: " + asked + " cannot run this convolution: " + plan.refusal +
-              ". Legacy algorithms that can run it: " + runnable +
+              ". " + kind + " that can run it: " + alternatives +
               ". Running PyTorch's own choice instead (set "
               "torch.backends.cudnn.conv_algo_strict = True to make this an error). "
               "Convolution: " + describe_conv(key));
@@ -88,17 +68,67 @@ void handle_refusal(const LegacyPlan& plan) {
 
 }  // namespace
 
-std::shared_ptr<const LegacyPlan> runnable_pinned_plan(const ConvKey& key) {
+std::string Choice::python_literal(Direction direction) const {
+  if (is_engine()) return "'" + engine + "'";
+  return std::to_string(legacy_algo) + "  # " + legacy_algo_name(direction, legacy_algo);
+}
+
+std::shared_ptr<const Choice> pinned_choice(Direction direction) {
+  return std::atomic_load(&g_choices[static_cast<int>(direction)]);
+}
+
+void set_pinned_legacy_algo(Direction direction, int algo) {
+  if (algo == kNoChoice) {
+    publish(direction, nullptr);
+    return;
+  }
+  TORCH_CHECK_VALUE(algo >= 0 && algo < legacy_algo_count(direction), "torch_cudnn_algo: ",
+                    direction_name(direction), " legacy algorithm must be in [0, ",
+                    legacy_algo_count(direction), ") or None, got ", algo);
+  TORCH_CHECK_VALUE(legacy_algo_is_implemented(direction, algo), "torch_cudnn_algo: ",
+                    direction_name(direction), " algorithm ",
+                    describe_legacy_algo(direction, algo), " is not implemented by cuDNN");
+  auto choice = std::make_shared<Choice>();
+  choice->legacy_algo = algo;
+  publish(direction, std::move(choice));
+}
+
+void set_pinned_engine(Direction direction, const std::string& name) {
+  if (name.empty()) {
+    publish(direction, nullptr);
+    return;
+  }
+  auto choice = std::make_shared<Choice>();
+  choice->engine = parse_engine_name(name).canonical;  // validates
+  publish(direction, std::move(choice));
+}
+
+bool strict_mode() {
+  return g_strict.load(std::memory_order_relaxed);
+}
+
+void set_strict_mode(bool strict) {
+  g_strict.store(strict);
+}
+
+std::shared_ptr<const Plan> runnable_pinned_plan(const Choice& choice, ConvKey key) {
   bool created = false;
-  auto plan = get_legacy_plan(key, &created);
+  std::shared_ptr<const Plan> plan;
+  if (choice.is_engine()) {
+    key.algo = kNoChoice;
+    plan = get_graph_plan(key, choice.engine, &created);
+  } else {
+    key.algo = choice.legacy_algo;
+    plan = get_legacy_plan(key, &created);
+  }
   if (!plan->refusal.empty()) {
-    handle_refusal(*plan);
+    handle_refusal(*plan, choice);
     return nullptr;
   }
   if (created) {
     log_to_python(LogLevel::kInfo, std::string("requested ") + direction_name(key.dir()) +
-                                       " algorithm " + describe_legacy_algo(key.dir(), key.algo) +
-                                       " is set | " + describe_conv(key));
+                                       " algorithm " + plan->choice + " is set | " +
+                                       describe_conv(key));
   }
   return plan;
 }

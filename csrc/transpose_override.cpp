@@ -3,7 +3,7 @@
 // (its output is the cuDNN problem's x), so it runs the pinned backward-data
 // algorithm; anything it does not handle goes to ATen's own kernel.
 #include "conv_key.h"
-#include "legacy_runner.h"
+#include "plan.h"
 #include "overrides.h"
 #include "selection.h"
 
@@ -26,8 +26,8 @@ at::Tensor cudnn_convolution_transpose_override(
                                                    allow_tf32);
   };
   const c10::cuda::CUDAGuard device_guard(input.device());
-  const int algo = pinned_legacy_algo(Direction::kBackwardData);
-  if (algo == kNoChoice || !is_cudnn_float_type(input.scalar_type())) {
+  const auto choice = pinned_choice(Direction::kBackwardData);
+  if (!choice || !is_cudnn_float_type(input.scalar_type())) {
     return stock();
   }
   if (input.dim() == 3) {
@@ -53,16 +53,16 @@ at::Tensor cudnn_convolution_transpose_override(
   }
   const ConvProblem problem{x_sizes, weight.sizes(), padding, stride, dilation, groups,
                             /*transposed=*/true, output_padding};
-  const ConvKey key = make_conv_key(Direction::kBackwardData, algo, problem, input.scalar_type(),
-                                    input.device(), deterministic, allow_tf32, format);
+  const ConvKey key = make_conv_key(Direction::kBackwardData, kNoChoice, problem,
+                                    input.scalar_type(), input.device(), deterministic,
+                                    allow_tf32, format);
   TORCH_INTERNAL_ASSERT(key.output() == input.sizes(), "transposed geometry mismatch: ",
                         key.output(), " vs ", input.sizes());
-  const auto plan = runnable_pinned_plan(key);
+  const auto plan = runnable_pinned_plan(*choice, key);
   if (!plan) {
     return stock();
   }
-  run_legacy_backward_data(*plan, as_canonical(input, format), as_canonical(weight, format),
-                           output);
+  plan->run(as_canonical(input, format), as_canonical(weight, format), output);
   return output;
 }
 

@@ -57,13 +57,60 @@ def test_forward_flag_rejects_bad_values_and_keeps_previous(value, message):
     assert cudnn.conv_fwd_algo == 2
 
 
-@pytest.mark.parametrize("value", ["eng62", "ENG0", "eng62_k2=1_k13=1_k18=0", "fastest", "FASTEST"])
-def test_engine_names_and_policy_are_not_available_yet(value):
+@pytest.mark.parametrize("value", ["fastest", "FASTEST"])
+def test_fastest_policy_is_not_available_yet(value):
     cudnn.conv_fwd_algo = 4
     with pytest.raises(NotAvailableYetError, match="not available yet"):
         cudnn.conv_fwd_algo = value
     assert issubclass(NotAvailableYetError, ValueError)
     assert cudnn.conv_fwd_algo == 4
+
+
+@pytest.mark.parametrize("flag", ["conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo"])
+@pytest.mark.parametrize(
+    "value, canonical",
+    [
+        ("eng62", "eng62"),
+        ("ENG0", "eng0"),
+        (" Eng62_K13=1_k2=1 ", "eng62_k2=1_k13=1"),
+        ("eng62_k2=1_k13=1_k18=0_k25=0_k27=1_k28=8", "eng62_k2=1_k13=1_k18=0_k25=0_k27=1_k28=8"),
+        ("eng7_k5=-1", "eng7_k5=-1"),
+    ],
+)
+def test_engine_names_are_pinned_and_normalised(flag, value, canonical):
+    setattr(cudnn, flag, value)
+    assert getattr(cudnn, flag) == canonical
+    direction = {"conv_fwd_algo": "fwd", "conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
+    assert torch.ops.torch_cudnn_algo.get_engine(direction) == canonical
+    assert torch.ops.torch_cudnn_algo.get_legacy_algo(direction) == -1
+    assert "aten::convolution_backward" in torch_cudnn_algo.active_overrides()
+    setattr(cudnn, flag, 1)  # switching back to a legacy algorithm replaces the engine
+    assert torch.ops.torch_cudnn_algo.get_engine(direction) == ""
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("eng62_k2", "unknown algorithm"), ("eng62_k2=1_k2=3", "sets a knob twice"), ("eng", "unknown algorithm"),
+     ("engine62", "unknown algorithm"), ("eng62_x2=1", "unknown algorithm")],
+)
+def test_malformed_engine_names_are_rejected(value, message):
+    cudnn.conv_fwd_algo = "eng3"
+    with pytest.raises(ValueError, match=message):
+        cudnn.conv_fwd_algo = value
+    assert cudnn.conv_fwd_algo == "eng3"
+
+
+@pytest.mark.parametrize("name", ["eng62", "ENG62_k13=1_k2=1", "eng0_k1=-3_k28=8_k2=0"])
+def test_python_and_cpp_engine_names_agree(name):
+    from torch_cudnn_algo._algorithms import canonical_engine_name
+
+    assert torch.ops.torch_cudnn_algo.canonical_engine_name(name) == canonical_engine_name(name)
+
+
+def test_extension_rejects_malformed_engine_names():
+    with pytest.raises(ValueError, match="not an engine configuration name"):
+        torch.ops.torch_cudnn_algo.set_engine("fwd", "eng62_k2")
+    assert torch.ops.torch_cudnn_algo.get_engine("fwd") == ""
 
 
 def test_strict_flag_takes_bools_only():

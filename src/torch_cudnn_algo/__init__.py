@@ -18,9 +18,11 @@ from . import _extension, _flags
 from ._algorithms import DIRECTIONS, NotAvailableYetError
 from ._flags import flags
 from ._queries import (
+    EngineConfig,
     active_overrides,
     clear_cache,
     cudnn_version,
+    engine_configs,
     legacy_algorithm_names,
     legacy_workspace_sizes,
 )
@@ -29,10 +31,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DIRECTIONS",
+    "EngineConfig",
     "NotAvailableYetError",
     "active_overrides",
     "clear_cache",
     "cudnn_version",
+    "engine_configs",
     "flags",
     "is_available",
     "legacy_algorithm_names",

@@ -15,6 +15,7 @@ __all__ = [
     "DIRECTIONS",
     "LegacyDirection",
     "NotAvailableYetError",
+    "canonical_engine_name",
     "parse_algo_value",
 ]
 
@@ -41,7 +42,8 @@ class LegacyDirection:
         usable = [self.describe(i) for i in range(len(self.names)) if i not in self.unimplemented]
         return (
             f"None, an int or a name among {', '.join(usable)} (names are case-insensitive and may "
-            f"carry the {self.enum_prefix} prefix)"
+            f"carry the {self.enum_prefix} prefix), or a cuDNN engine configuration name such as "
+            "'eng62' or 'eng62_k2=1_k13=1'"
         )
 
 
@@ -79,8 +81,27 @@ BACKWARD_FILTER = LegacyDirection(
 DIRECTIONS: dict[str, LegacyDirection] = {d.key: d for d in (FORWARD, BACKWARD_DATA, BACKWARD_FILTER)}
 
 # cuDNN graph-API engine configuration names: "eng62" or "eng62_k2=1_k13=1".
-_ENGINE_NAME = re.compile(r"eng\d+(_k\d+=-?\d+)*", re.IGNORECASE)
+_ENGINE_NAME = re.compile(r"eng(\d{1,9})((?:_k\d{1,9}=-?\d{1,18})*)", re.IGNORECASE)
+_KNOB = re.compile(r"_k(\d+)=(-?\d+)", re.IGNORECASE)
 _INTEGER = re.compile(r"[+-]?\d+")
+
+
+def canonical_engine_name(name: str) -> str:
+    """``"ENG62_k13=1_k2=1"`` -> ``"eng62_k2=1_k13=1"`` (lower case, knobs by id).
+
+    The same canonical form as the extension's (a test checks they agree), so
+    names round-trip through the flags even while the extension is not loaded.
+    """
+    match = _ENGINE_NAME.fullmatch(name.strip())
+    if match is None:
+        raise ValueError(
+            f"{name!r} is not an engine configuration name; expected 'engN' or 'engN_kA=V_kB=W...' "
+            "(for example 'eng62' or 'eng62_k2=1_k13=1')"
+        )
+    knobs = sorted((int(k), int(v)) for k, v in _KNOB.findall(match.group(2)))
+    if len({k for k, _ in knobs}) != len(knobs):
+        raise ValueError(f"{name!r} sets a knob twice")
+    return f"eng{int(match.group(1))}" + "".join(f"_k{k}={v}" for k, v in knobs)
 
 
 def _check_index(direction: LegacyDirection, algo: int) -> int:
@@ -97,12 +118,13 @@ def _check_index(direction: LegacyDirection, algo: int) -> int:
     return algo
 
 
-def parse_algo_value(direction: LegacyDirection, value: object) -> int | None:
+def parse_algo_value(direction: LegacyDirection, value: object) -> int | str | None:
     """Canonical form of a value assigned to a direction's flag.
 
-    Returns ``None`` (stock PyTorch) or the legacy enum value. Raises ``ValueError``
-    naming the valid values for anything else; engine names and the ``"fastest"``
-    policy raise :class:`NotAvailableYetError` until their implementation lands.
+    Returns ``None`` (stock PyTorch), the legacy enum value, or the canonical
+    engine configuration name. Raises ``ValueError`` naming the valid values for
+    anything else; the ``"fastest"`` policy raises :class:`NotAvailableYetError`
+    until its implementation lands.
     """
     if value is None:
         return None
@@ -123,16 +145,15 @@ def parse_algo_value(direction: LegacyDirection, value: object) -> int | None:
             if candidate in direction.names:
                 return _check_index(direction, direction.names.index(candidate))
         if _ENGINE_NAME.fullmatch(text):
-            raise NotAvailableYetError(
-                f"torch.backends.cudnn.{direction.flag} = {value!r}: cuDNN engine configuration "
-                "names are not available yet in this version of torch_cudnn_algo; use a legacy "
-                f"algorithm: {direction.valid_values_text()}"
-            )
+            try:
+                return canonical_engine_name(text)
+            except ValueError as exc:
+                raise ValueError(f"torch.backends.cudnn.{direction.flag}: {exc}") from None
         if text.lower() == "fastest":
             raise NotAvailableYetError(
                 f"torch.backends.cudnn.{direction.flag} = 'fastest': the profiling policy is not "
-                "available yet in this version of torch_cudnn_algo; use a legacy algorithm: "
-                f"{direction.valid_values_text()}"
+                "available yet in this version of torch_cudnn_algo; pin a legacy algorithm or an "
+                f"engine configuration: {direction.valid_values_text()}"
             )
         raise ValueError(
             f"torch.backends.cudnn.{direction.flag}: unknown algorithm {value!r}; valid values are "

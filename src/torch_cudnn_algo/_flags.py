@@ -54,14 +54,18 @@ def _warn_if_inert(flag_name: str, value: object, default: object) -> bool:
 
 
 def _algo_flag(direction: LegacyDirection) -> Flag:
-    def parse(value: object) -> int | None:
+    def parse(value: object) -> int | str | None:
         return parse_algo_value(direction, value)
 
-    def parse_env(text: str) -> int | None:
+    def parse_env(text: str) -> int | str | None:
         return None if text.strip().lower() in ("", "none") else parse_algo_value(direction, text)
 
     def apply(value: object) -> None:
-        if not _warn_if_inert(direction.flag, value, None):
+        if _warn_if_inert(direction.flag, value, None):
+            return
+        if isinstance(value, str):
+            _extension.ops().set_engine(direction.key, value)
+        else:
             _extension.ops().set_legacy_algo(direction.key, -1 if value is None else value)
 
     return Flag(
@@ -71,8 +75,8 @@ def _algo_flag(direction: LegacyDirection) -> Flag:
         parse_env=parse_env,
         apply=apply,
         doc=(
-            f"cuDNN {direction.key} algorithm every cuDNN convolution runs, or None for stock "
-            f"PyTorch. Accepts {direction.valid_values_text()}."
+            f"cuDNN {direction.key} algorithm or engine configuration every cuDNN convolution "
+            f"runs, or None for stock PyTorch. Accepts {direction.valid_values_text()}."
         ),
     )
 

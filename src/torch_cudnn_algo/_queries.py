@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -10,9 +11,11 @@ from . import _extension
 from ._algorithms import DIRECTIONS, LegacyDirection
 
 __all__ = [
+    "EngineConfig",
     "active_overrides",
     "clear_cache",
     "cudnn_version",
+    "engine_configs",
     "legacy_algorithm_names",
     "legacy_workspace_sizes",
 ]
@@ -57,6 +60,71 @@ def _expand(name: str, value: IntOrSequence, spatial_dims: int) -> list[int]:
     return values
 
 
+def _user_conv_args(input, weight, stride, padding, dilation, output_padding):
+    """(input, weight, {param: list}) with 1-d convolutions lifted to 2-d [N, C, 1, L]."""
+    params = {"stride": stride, "padding": padding, "dilation": dilation, "output_padding": output_padding}
+    if input.dim() == 3:  # 1-d convolutions reach cuDNN as the 2-d problem [N, C, 1, L]
+        input, weight = input.unsqueeze(2), weight.unsqueeze(2)
+        unit = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0}
+        params = {name: [unit[name]] + _expand(name, value, 1) for name, value in params.items()}
+    spatial = input.dim() - 2
+    return input, weight, {name: _expand(name, value, spatial) for name, value in params.items()}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One cuDNN graph-API engine configuration offered for a convolution."""
+
+    name: str  # assign this to the direction's flag to pin it
+    source: str  # "heuristics_a", "heuristics_b" or "fallback"
+    workspace: int | None  # bytes; None if cuDNN could not build the plan
+    numerical_notes: tuple[str, ...]  # TENSOR_CORE, DOWN_CONVERT_INPUTS, FFT, WINOGRAD, NONDETERMINISTIC, ...
+    behavior_notes: tuple[str, ...]  # RUNTIME_COMPILATION, ...
+    knob_space: str  # the engine's knobs and their ranges, e.g. "k2=0..3 k13=0..1"
+    refusal: str | None  # why pinning it would be refused under the given settings
+
+
+def engine_configs(
+    direction: str,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    stride: IntOrSequence = 1,
+    padding: IntOrSequence = 0,
+    dilation: IntOrSequence = 1,
+    groups: int = 1,
+    transposed: bool = False,
+    output_padding: IntOrSequence = 0,
+    allow_tf32: bool | None = None,
+    deterministic: bool | None = None,
+) -> list[EngineConfig]:
+    """The engine configurations cuDNN offers for a convolution in ``direction``:
+    heuristics mode A, mode B, then the fallback list, deduplicated, in that order
+    (mode A's first usable one is what stock PyTorch runs). Plans are built to
+    learn their workspace; no convolution is executed.
+
+    Arguments as for :func:`legacy_workspace_sizes`; ``allow_tf32`` and
+    ``deterministic`` default to the current ``torch.backends.cudnn`` settings and
+    decide each configuration's ``refusal``.
+    """
+    spec = _direction(direction)
+    input, weight, p = _user_conv_args(input, weight, stride, padding, dilation, output_padding)
+    if allow_tf32 is None:
+        allow_tf32 = torch.backends.cudnn.allow_tf32
+    if deterministic is None:
+        deterministic = torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled()
+    columns = _extension.ops().engine_configs(
+        spec.key, input, weight, p["padding"], p["stride"], p["dilation"], groups, transposed,
+        p["output_padding"], deterministic, allow_tf32,
+    )
+    split = lambda text: tuple(text.split(",")) if text else ()  # noqa: E731
+    return [
+        EngineConfig(name, source, None if workspace < 0 else int(workspace), split(numerical),
+                     split(behavior), knobs, refusal or None)
+        for name, source, workspace, numerical, behavior, knobs, refusal in zip(*columns)
+    ]
+
+
 def legacy_workspace_sizes(
     direction: str,
     input: torch.Tensor,
@@ -80,13 +148,7 @@ def legacy_workspace_sizes(
     ``allow_tf32`` defaults to ``torch.backends.cudnn.allow_tf32``.
     """
     spec = _direction(direction)
-    params = {"stride": stride, "padding": padding, "dilation": dilation, "output_padding": output_padding}
-    if input.dim() == 3:  # 1-d convolutions reach cuDNN as the 2-d problem [N, C, 1, L]
-        input, weight = input.unsqueeze(2), weight.unsqueeze(2)
-        unit = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0}
-        params = {name: [unit[name]] + _expand(name, value, 1) for name, value in params.items()}
-    spatial = input.dim() - 2
-    p = {name: _expand(name, value, spatial) for name, value in params.items()}
+    input, weight, p = _user_conv_args(input, weight, stride, padding, dilation, output_padding)
     if allow_tf32 is None:
         allow_tf32 = torch.backends.cudnn.allow_tf32
     ops = _extension.ops()

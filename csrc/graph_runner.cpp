@@ -1,0 +1,436 @@
+#include "graph_runner.h"
+
+#include "cudnn_handle.h"
+#include "plan_cache.h"
+
+#include <cudnn_frontend.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+
+// Built with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING, the frontend calls cuDNN
+// through this handle (see bind_frontend_to_cudnn).
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}  // namespace cudnn_frontend
+
+namespace torch_cudnn_algo {
+namespace {
+
+namespace fe = cudnn_frontend;
+
+// Points the frontend at the cuDNN torch already loaded (same soname, so
+// RTLD_NOLOAD finds it): one cuDNN per process.
+void bind_frontend_to_cudnn() {
+  static const bool bound = [] {
+    const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
+    void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    if (handle == nullptr) handle = dlopen(soname.c_str(), RTLD_NOW);
+    TORCH_CHECK(handle != nullptr, "torch_cudnn_algo: cannot open ", soname, ": ", dlerror());
+    cudnn_frontend::cudnn_dlhandle = handle;
+    return true;
+  }();
+  (void)bound;
+}
+
+// Tensor uids of the cuDNN problem x (*) w = y, whatever the direction.
+constexpr int64_t kUidX = 1;
+constexpr int64_t kUidW = 2;
+constexpr int64_t kUidY = 3;
+
+// The frontend keeps each configuration's notes and backend descriptor in its
+// protected plan list; this subclass reads them.
+class ConvGraph : public fe::graph::Graph {
+ public:
+  std::vector<std::string> numerical_notes_at(int64_t index) const;
+  std::vector<std::string> behavior_notes_at(int64_t index) const;
+};
+
+const char* note_name(fe::NumericalNote_t note) {
+  switch (note) {
+    case fe::NumericalNote_t::TENSOR_CORE: return "TENSOR_CORE";
+    case fe::NumericalNote_t::DOWN_CONVERT_INPUTS: return "DOWN_CONVERT_INPUTS";
+    case fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION: return "REDUCED_PRECISION_REDUCTION";
+    case fe::NumericalNote_t::FFT: return "FFT";
+    case fe::NumericalNote_t::NONDETERMINISTIC: return "NONDETERMINISTIC";
+    case fe::NumericalNote_t::WINOGRAD: return "WINOGRAD";
+    case fe::NumericalNote_t::WINOGRAD_TILE_4x4: return "WINOGRAD_TILE_4x4";
+    case fe::NumericalNote_t::WINOGRAD_TILE_6x6: return "WINOGRAD_TILE_6x6";
+    case fe::NumericalNote_t::WINOGRAD_TILE_13x13: return "WINOGRAD_TILE_13x13";
+    case fe::NumericalNote_t::STRICT_NAN_PROP: return "STRICT_NAN_PROP";
+    default: return nullptr;
+  }
+}
+
+const char* note_name(fe::BehaviorNote_t note) {
+  switch (note) {
+    case fe::BehaviorNote_t::RUNTIME_COMPILATION: return "RUNTIME_COMPILATION";
+    case fe::BehaviorNote_t::REQUIRES_FILTER_INT8x32_REORDER: return "REQUIRES_FILTER_INT8x32_REORDER";
+    case fe::BehaviorNote_t::REQUIRES_BIAS_INT8x32_REORDER: return "REQUIRES_BIAS_INT8x32_REORDER";
+    case fe::BehaviorNote_t::SUPPORTS_CUDA_GRAPH_NATIVE_API: return "SUPPORTS_CUDA_GRAPH_NATIVE_API";
+    case fe::BehaviorNote_t::CUBLASLT_DEPENDENCY: return "CUBLASLT_DEPENDENCY";
+    default: return nullptr;
+  }
+}
+
+std::vector<std::string> ConvGraph::numerical_notes_at(int64_t index) const {
+  std::set<std::string> names;  // the frontend may repeat a note
+  for (const auto note : plans.numeric_notes.at(index)) {
+    if (const char* name = note_name(note)) names.insert(name);
+  }
+  return {names.begin(), names.end()};
+}
+
+std::vector<std::string> ConvGraph::behavior_notes_at(int64_t index) const {
+  std::set<std::string> names;
+  for (const auto note : plans.behavior_notes.at(index)) {
+    if (const char* name = note_name(note)) names.insert(name);
+  }
+  return {names.begin(), names.end()};
+}
+
+bool has(const std::vector<std::string>& notes, const char* name) {
+  return std::find(notes.begin(), notes.end(), name) != notes.end();
+}
+
+// The precision and determinism rules of the contract, applied to one
+// configuration's notes; returns why it is refused, or "".
+std::string precision_refusal(const ConvKey& key, const std::vector<std::string>& notes) {
+  if (key.deterministic && has(notes, "NONDETERMINISTIC")) {
+    return "it is non-deterministic and deterministic algorithms are required "
+           "(torch.backends.cudnn.deterministic or torch.use_deterministic_algorithms)";
+  }
+  if (key.scalar_type() == at::kFloat && !key.allow_tf32 &&
+      (has(notes, "TENSOR_CORE") || has(notes, "DOWN_CONVERT_INPUTS"))) {
+    return "it computes float32 with TF32 tensor cores or down-converted inputs and "
+           "allow_tf32 is False";
+  }
+  return "";
+}
+
+fe::DataType_t frontend_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return fe::DataType_t::FLOAT;
+    case at::kHalf: return fe::DataType_t::HALF;
+    case at::kBFloat16: return fe::DataType_t::BFLOAT16;
+    case at::kDouble: return fe::DataType_t::DOUBLE;
+    default: TORCH_CHECK(false, "torch_cudnn_algo: no cuDNN graph type for ", dtype);
+  }
+}
+
+std::vector<int64_t> to_vector(at::IntArrayRef values) {
+  return {values.begin(), values.end()};
+}
+
+std::string message_of(fe::error_t status) {  // get_message() is not const
+  return status.get_message().empty() ? "cudnn_frontend error" : status.get_message();
+}
+
+// The operation graph of `key`'s direction; throws with cuDNN's message if the
+// graph API rejects the problem.
+std::unique_ptr<ConvGraph> make_graph(const ConvKey& key, cudnnHandle_t handle) {
+  bind_frontend_to_cudnn();
+  auto graph = std::make_unique<ConvGraph>();
+  const auto compute = key.scalar_type() == at::kDouble ? fe::DataType_t::DOUBLE : fe::DataType_t::FLOAT;
+  graph->set_io_data_type(frontend_type(key.scalar_type()))
+      .set_intermediate_data_type(compute)
+      .set_compute_data_type(compute);
+  const auto spatial = [&](const std::array<int64_t, kMaxSpatialDims>& v) {
+    return std::vector<int64_t>(v.begin(), v.begin() + (key.dim - 2));
+  };
+  const auto strides = [&](at::IntArrayRef sizes) {
+    const auto s = canonical_strides(sizes, key.format());
+    return std::vector<int64_t>(s.begin(), s.end());
+  };
+  const auto tensor = [&](const char* name, int64_t uid, at::IntArrayRef sizes) {
+    return graph->tensor(fe::graph::Tensor_attributes()
+                             .set_name(name)
+                             .set_uid(uid)
+                             .set_dim(to_vector(sizes))
+                             .set_stride(strides(sizes)));
+  };
+  const auto pad = spatial(key.padding), stride = spatial(key.stride), dil = spatial(key.dilation);
+  switch (key.dir()) {
+    case Direction::kForward: {
+      auto y = graph->conv_fprop(tensor("x", kUidX, key.input()), tensor("w", kUidW, key.weight()),
+                                 fe::graph::Conv_fprop_attributes()
+                                     .set_padding(pad)
+                                     .set_stride(stride)
+                                     .set_dilation(dil)
+                                     .set_compute_data_type(compute));
+      y->set_output(true).set_uid(kUidY).set_dim(to_vector(key.output())).set_stride(strides(key.output()));
+      break;
+    }
+    case Direction::kBackwardData: {
+      auto dx = graph->conv_dgrad(tensor("dy", kUidY, key.output()), tensor("w", kUidW, key.weight()),
+                                  fe::graph::Conv_dgrad_attributes()
+                                      .set_padding(pad)
+                                      .set_stride(stride)
+                                      .set_dilation(dil)
+                                      .set_compute_data_type(compute));
+      dx->set_output(true).set_uid(kUidX).set_dim(to_vector(key.input())).set_stride(strides(key.input()));
+      break;
+    }
+    case Direction::kBackwardFilter: {
+      auto dw = graph->conv_wgrad(tensor("dy", kUidY, key.output()), tensor("x", kUidX, key.input()),
+                                  fe::graph::Conv_wgrad_attributes()
+                                      .set_padding(pad)
+                                      .set_stride(stride)
+                                      .set_dilation(dil)
+                                      .set_compute_data_type(compute));
+      dw->set_output(true).set_uid(kUidW).set_dim(to_vector(key.weight())).set_stride(strides(key.weight()));
+      break;
+    }
+  }
+  auto status = graph->validate();
+  TORCH_CHECK(status.is_good(), "cuDNN's graph API rejects this convolution: ", message_of(status));
+  status = graph->build_operation_graph(handle);
+  TORCH_CHECK(status.is_good(), "cuDNN's graph API rejects this convolution: ", message_of(status));
+  return graph;
+}
+
+struct Listed {
+  int64_t index;  // plan index in the graph
+  std::string name;
+  const char* source;
+};
+
+// Heuristics A, B, then the fallback list, deduplicated by name.
+std::vector<Listed> enumerate(ConvGraph& graph) {
+  std::vector<Listed> listed;
+  std::set<std::string> seen;
+  const std::pair<fe::HeurMode_t, const char*> modes[] = {
+      {fe::HeurMode_t::A, "heuristics_a"}, {fe::HeurMode_t::B, "heuristics_b"},
+      {fe::HeurMode_t::FALLBACK, "fallback"}};
+  for (const auto& [mode, source] : modes) {
+    const int64_t before = graph.get_execution_plan_count();
+    if (graph.create_execution_plans({mode}).is_bad()) continue;  // a mode may offer nothing
+    for (int64_t i = before; i < graph.get_execution_plan_count(); ++i) {
+      std::string name;
+      if (graph.get_plan_name_at_index(i, name).is_good() && seen.insert(name).second) {
+        listed.push_back({i, name, source});
+      }
+    }
+  }
+  return listed;
+}
+
+std::string knob_space(ConvGraph& graph, int64_t engine) {
+  std::vector<fe::Knob> knobs;
+  if (graph.get_knobs_for_engine(engine, knobs).is_bad()) return "";
+  std::ostringstream out;
+  for (const auto& knob : knobs) {
+    cudnnBackendKnobType_t backend_type;
+    if (fe::convert_to_backend_knob_type(knob.type, backend_type) != CUDNN_STATUS_SUCCESS) continue;
+    out << (out.tellp() > 0 ? " " : "") << "k" << static_cast<int>(backend_type) << "="
+        << knob.minValue << ".." << knob.maxValue;
+    if (knob.stride > 1) out << "/" << knob.stride;
+  }
+  return out.str();
+}
+
+struct GraphPlan final : Plan {
+  std::unique_ptr<ConvGraph> graph;
+  int64_t plan_index = -1;
+
+  void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const override {
+    TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused plan: ", refusal);
+    std::unordered_map<int64_t, void*> pointers;
+    switch (key.dir()) {
+      case Direction::kForward:  // (x, w) -> y
+        pointers = {{kUidX, a.data_ptr()}, {kUidW, b.data_ptr()}, {kUidY, out.data_ptr()}};
+        break;
+      case Direction::kBackwardData:  // (dy, w) -> dx
+        pointers = {{kUidY, a.data_ptr()}, {kUidW, b.data_ptr()}, {kUidX, out.data_ptr()}};
+        break;
+      case Direction::kBackwardFilter:  // (x, dy) -> dw
+        pointers = {{kUidX, a.data_ptr()}, {kUidY, b.data_ptr()}, {kUidW, out.data_ptr()}};
+        break;
+    }
+    const c10::DataPtr workspace = allocate_workspace(workspace_bytes);
+    const auto status = graph->execute_plan_at_index(current_cudnn_handle(), pointers,
+                                                     workspace.get(), plan_index);
+    TORCH_CHECK(status.is_good(), "torch_cudnn_algo: cudnn_frontend execute_plan_at_index(", choice,
+                ") failed: ", message_of(status));
+  }
+};
+
+// A configuration tag parsed like a user's engine name; nullopt if cuDNN ever
+// spells one differently (it is then simply never matched).
+std::optional<EngineName> parse_tag(const std::string& tag) {
+  try {
+    return parse_engine_name(tag);
+  } catch (const c10::Error&) {
+    return std::nullopt;
+  }
+}
+
+bool matches(const EngineName& wanted, const std::string& tag) {
+  const auto candidate = parse_tag(tag);
+  return candidate && wanted.engine == candidate->engine &&
+         (wanted.bare || wanted.knobs == candidate->knobs);
+}
+
+std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineName& wanted) {
+  auto plan = std::make_shared<GraphPlan>();
+  plan->key = key;
+  plan->choice = wanted.canonical;
+  const cudnnHandle_t handle = current_cudnn_handle();
+  try {
+    plan->graph = make_graph(key, handle);
+  } catch (const c10::Error& error) {
+    plan->refusal = error.what_without_backtrace();
+    return plan;
+  }
+  ConvGraph& graph = *plan->graph;
+  const auto listed = enumerate(graph);
+  const auto found = std::find_if(listed.begin(), listed.end(), [&](const Listed& l) {
+    return matches(wanted, l.name);
+  });
+  int64_t index = -1;
+  if (found != listed.end()) {
+    index = found->index;
+  } else {
+    // Not offered by the heuristics: ask cuDNN for that engine (and knobs) directly.
+    std::unordered_map<fe::KnobType_t, int64_t> knobs;
+    for (const auto& [id, value] : wanted.knobs) {
+      knobs[fe::convert_from_backend_knob_type(static_cast<cudnnBackendKnobType_t>(id))] = value;
+    }
+    if (graph.create_execution_plan(wanted.engine, knobs).is_good()) {
+      index = graph.get_execution_plan_count() - 1;
+    }
+  }
+  const auto alternatives = [&] {
+    for (const auto& l : listed) {
+      if (precision_refusal(key, graph.numerical_notes_at(l.index)).empty()) {
+        plan->alternatives.push_back(l.name);
+      }
+    }
+  };
+  if (index < 0) {
+    plan->refusal = "cuDNN offers no such engine configuration for this convolution";
+    alternatives();
+    return plan;
+  }
+  if (graph.get_plan_name_at_index(index, plan->choice).is_bad()) {
+    plan->choice = wanted.canonical;
+  }
+  plan->refusal = precision_refusal(key, graph.numerical_notes_at(index));
+  if (plan->refusal.empty()) {
+    const auto status = graph.build_plan_at_index(index);
+    if (status.is_bad()) plan->refusal = "cuDNN cannot build it here (" + message_of(status) + ")";
+  }
+  if (!plan->refusal.empty()) {
+    alternatives();
+    return plan;
+  }
+  int64_t workspace = 0;
+  const auto status = graph.get_workspace_size_plan_at_index(index, workspace);
+  TORCH_CHECK(status.is_good(), "torch_cudnn_algo: workspace query for ", plan->choice,
+              " failed: ", message_of(status));
+  TORCH_INTERNAL_ASSERT(workspace >= 0);
+  plan->workspace_bytes = static_cast<size_t>(workspace);
+  plan->plan_index = index;
+  return plan;
+}
+
+struct GraphKey {
+  ConvKey conv;
+  std::string engine;
+  bool operator==(const GraphKey& other) const {
+    return conv == other.conv && engine == other.engine;
+  }
+};
+
+struct GraphKeyHash {
+  size_t operator()(const GraphKey& key) const {
+    return ConvKeyHash()(key.conv) ^ (std::hash<std::string>()(key.engine) * 31);
+  }
+};
+
+PlanCache<GraphKey, GraphKeyHash>& graph_cache() {
+  static auto* cache = new PlanCache<GraphKey, GraphKeyHash>();  // leaked: see PlanCache
+  return *cache;
+}
+
+}  // namespace
+
+EngineName parse_engine_name(const std::string& name) {
+  std::string lowered = name;
+  std::transform(lowered.begin(), lowered.end(), lowered.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  static const std::regex whole(R"(eng(\d{1,9})((_k\d{1,9}=-?\d{1,18})*))");
+  std::smatch match;
+  TORCH_CHECK_VALUE(std::regex_match(lowered, match, whole), "torch_cudnn_algo: '", name,
+                    "' is not an engine configuration name; expected 'engN' or "
+                    "'engN_kA=V_kB=W...' (for example 'eng62' or 'eng62_k2=1_k13=1')");
+  EngineName parsed;
+  parsed.engine = std::stoll(match[1].str());
+  const std::string knobs = match[2].str();
+  static const std::regex knob(R"(_k(\d+)=(-?\d+))");
+  for (auto it = std::sregex_iterator(knobs.begin(), knobs.end(), knob); it != std::sregex_iterator(); ++it) {
+    parsed.knobs.emplace_back(std::stoll((*it)[1].str()), std::stoll((*it)[2].str()));
+  }
+  std::sort(parsed.knobs.begin(), parsed.knobs.end());
+  for (size_t i = 1; i < parsed.knobs.size(); ++i) {
+    TORCH_CHECK_VALUE(parsed.knobs[i].first != parsed.knobs[i - 1].first, "torch_cudnn_algo: '",
+                      name, "' sets knob k", parsed.knobs[i].first, " twice");
+  }
+  parsed.bare = parsed.knobs.empty();
+  parsed.canonical = "eng" + std::to_string(parsed.engine);
+  for (const auto& [id, value] : parsed.knobs) {
+    parsed.canonical += "_k" + std::to_string(id) + "=" + std::to_string(value);
+  }
+  return parsed;
+}
+
+std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string& engine,
+                                           bool* created) {
+  return graph_cache().get(GraphKey{key, engine}, created,
+                           [&] { return build_graph_plan(key, parse_engine_name(engine)); });
+}
+
+void clear_graph_plans() {
+  graph_cache().clear();
+}
+
+size_t graph_plan_count() {
+  return graph_cache().size();
+}
+
+std::vector<EngineCandidate> list_engine_candidates(const ConvKey& key) {
+  auto graph = make_graph(key, current_cudnn_handle());
+  std::vector<EngineCandidate> candidates;
+  std::map<int64_t, std::string> knob_spaces;
+  for (const auto& listed : enumerate(*graph)) {
+    EngineCandidate candidate;
+    candidate.name = listed.name;
+    candidate.source = listed.source;
+    candidate.numerical_notes = graph->numerical_notes_at(listed.index);
+    candidate.behavior_notes = graph->behavior_notes_at(listed.index);
+    candidate.refusal = precision_refusal(key, candidate.numerical_notes);
+    // cuDNN reports a configuration's workspace once its plan is built (no kernel runs).
+    const auto built = graph->build_plan_at_index(listed.index);
+    if (built.is_bad()) {
+      if (candidate.refusal.empty()) {
+        candidate.refusal = "cuDNN cannot build it here (" + message_of(built) + ")";
+      }
+    } else if (graph->get_workspace_size_plan_at_index(listed.index, candidate.workspace).is_bad()) {
+      candidate.workspace = -1;
+    }
+    if (const auto tag = parse_tag(listed.name)) {
+      if (!knob_spaces.count(tag->engine)) knob_spaces[tag->engine] = knob_space(*graph, tag->engine);
+      candidate.knob_space = knob_spaces[tag->engine];
+    }
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
+}  // namespace torch_cudnn_algo

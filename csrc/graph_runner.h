@@ -1,0 +1,54 @@
+// Runs cuDNN graph-API engine configurations (what stock PyTorch runs) through
+// the cuDNN frontend 1.x: conv_fprop, conv_dgrad and conv_wgrad graphs, one
+// GraphPlan per (configuration, engine name), built once and shared.
+#pragma once
+
+#include "plan.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torch_cudnn_algo {
+
+// "eng62" (bare: the engine with the knobs cuDNN's heuristics rank first) or
+// "eng62_k2=1_k13=1" (exact: that configuration). Knob ids are cuDNN backend
+// knob types, as in cuDNN's own configuration tags.
+struct EngineName {
+  int64_t engine = -1;
+  std::vector<std::pair<int64_t, int64_t>> knobs;  // sorted by knob id
+  bool bare = true;
+  std::string canonical;  // lower-case, knobs sorted
+};
+
+// Parses an engine configuration name; ValueError naming the syntax otherwise.
+EngineName parse_engine_name(const std::string& name);
+
+// The plan running `engine` on `key`'s problem, built on first use (heuristics
+// query, support check and plan build; nothing executed). `*created` as for
+// get_legacy_plan. Must run with key.device current.
+std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string& engine,
+                                           bool* created);
+
+void clear_graph_plans();
+size_t graph_plan_count();
+
+// One engine configuration cuDNN offers for a problem.
+struct EngineCandidate {
+  std::string name;             // "eng62_k2=1_k13=1_..."
+  std::string source;           // "heuristics_a", "heuristics_b" or "fallback"
+  int64_t workspace = -1;       // bytes; -1 when the plan could not be built
+  std::vector<std::string> numerical_notes;  // TENSOR_CORE, DOWN_CONVERT_INPUTS, FFT, ...
+  std::vector<std::string> behavior_notes;   // RUNTIME_COMPILATION, ...
+  std::string knob_space;       // the engine's tunable knobs: "k2=0..3 k13=0..1"
+  // Why the configuration would be refused here (precision/determinism rules), or "".
+  std::string refusal;
+};
+
+// Every configuration cuDNN's heuristics (modes A, B) and fallback list offer
+// for `key`'s problem, deduplicated, in that order. Each plan is built (to learn
+// its workspace and whether cuDNN can build it); nothing is executed.
+std::vector<EngineCandidate> list_engine_candidates(const ConvKey& key);
+
+}  // namespace torch_cudnn_algo

@@ -1,0 +1,35 @@
+// A Plan runs one pinned choice (a legacy algorithm or a graph-API engine
+// configuration) on one convolution problem. Built once per configuration,
+// immutable afterwards, shared by every thread.
+#pragma once
+
+#include "conv_key.h"
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace torch_cudnn_algo {
+
+struct Plan {
+  virtual ~Plan() = default;
+
+  ConvKey key;
+  // What runs, as the user would name it: "1 (IMPLICIT_PRECOMP_GEMM)" or the
+  // full engine configuration name "eng62_k2=1_k13=1_k18=0".
+  std::string choice;
+  // Why the pinned choice cannot run this problem; empty when it can.
+  std::string refusal;
+  // On refusal: choices of the same kind that could run it instead.
+  std::vector<std::string> alternatives;
+  // Exactly what cuDNN reported this choice needs.
+  size_t workspace_bytes = 0;
+  // Set by the first refusal warning, so each configuration warns once.
+  mutable std::atomic<bool> warned{false};
+
+  // Executes on the current stream. Operands by direction, all canonical in
+  // key.format():  fwd (x, w) -> y;  bwd_data (dy, w) -> dx;  bwd_filter (x, dy) -> dw.
+  virtual void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const = 0;
+};
+
+}  // namespace torch_cudnn_algo
