@@ -12,13 +12,12 @@ same run, the workspace, and the relative error against a float64 result.
 from __future__ import annotations
 
 import argparse
-import statistics
-from collections.abc import Callable
 
 import torch
 
 import torch_cudnn_algo
 from torch_cudnn_algo._algorithms import DIRECTIONS
+from torch_cudnn_algo._timing import median_ms
 
 CASES = [
     # name, input shape, weight shape, padding, memory format, dtype
@@ -26,20 +25,6 @@ CASES = [
     ("2d fp16 NHWC 3x3", (32, 64, 56, 56), (64, 64, 3, 3), 1, torch.channels_last, torch.float16),
     ("3d fp32 (TF32 off) 3x3x3", (4, 32, 16, 28, 28), (32, 32, 3, 3, 3), 1, torch.contiguous_format, torch.float32),
 ]
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def direction_pass(direction: str, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor, padding: int):
