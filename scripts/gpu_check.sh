@@ -17,8 +17,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu
 python3 -m pip install --no-build-isolation --no-deps -v . >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 grep -A6 "build configuration" "$OUT/build.log" | head -7
 (cd /tmp && python3 -m torch_cudnn_algo.demo "$@" 2>&1) | tee "$OUT/demo.log"
-python3 -m pytest -q -rfEs -p no:cacheprovider --junitxml="$OUT/junit.xml" tests >"$OUT/pytest.log" 2>&1
+python3 -m pytest -v -rfEs --durations=10 -p no:cacheprovider --junitxml="$OUT/junit.xml" \
+  ${PYTEST_ARGS:-tests} >"$OUT/pytest.log" 2>&1
 status=$?
-tail -60 "$OUT/pytest.log"
+grep -v " PASSED\| SKIPPED" "$OUT/pytest.log" | tail -60
 python3 scripts/test_counts.py "$OUT/junit.xml" | tee "$OUT/counts.txt"
 exit $status
