@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--max-seconds", type=float, default=240, help="stop starting new layers after this")
+    parser.add_argument("--first-layer", type=int, default=0, help="skip the layers before this index")
     parser.add_argument("--out", default="resnet50_engines.json")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -69,7 +70,7 @@ def main() -> None:
           f"{torch.backends.cudnn.allow_tf32}")
     print(f"{'layer':<6}{'input':<20}{'weight':<18}{'s':>2}{'dir':>11}{'configs':>8}{'usable':>7}"
           f"{'stock ms':>10}{'best ms':>9}{'best/stock':>11}{'stockpick/stock':>16}  best configuration")
-    for layer in resnet50_conv_layers(args.batch):
+    for layer in resnet50_conv_layers(args.batch)[args.first_layer:]:
         if time.perf_counter() - started > args.max_seconds:
             print(f"time budget reached: stopped before layer {layer['name']}")
             break

@@ -37,10 +37,4 @@ Direction parse_direction(const std::string& name) {
                     "'; valid directions are 'fwd', 'bwd_data', 'bwd_filter'");
 }
 
-void warn_user(const std::string& message) {
-  c10::warn(c10::Warning(c10::UserWarning(),
-                         c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                         message, /*verbatim=*/true));
-}
-
 }  // namespace torch_cudnn_algo

@@ -24,10 +24,6 @@ const char* direction_flag_name(Direction direction);
 // Parses "fwd" / "bwd_data" / "bwd_filter"; a ValueError names the valid ones.
 Direction parse_direction(const std::string& name);
 
-// Emits a Python UserWarning (through torch's warning handler) without the
-// "Triggered internally at file.cpp" suffix: our messages carry their context.
-void warn_user(const std::string& message);
-
 }  // namespace torch_cudnn_algo
 
 // Checks a cuDNN status; the error names the status *and* the call, e.g.

@@ -4,7 +4,34 @@
 
 #include "python_bridge.h"
 
+#include <c10/util/Exception.h>
+
 namespace torch_cudnn_algo {
+
+void warn_to_python(const std::string& message) {
+  if (!Py_IsInitialized()) {
+    c10::warn(c10::Warning(c10::UserWarning(), {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                           message, /*verbatim=*/true));
+    return;
+  }
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  std::string raised;
+  if (PyErr_WarnEx(PyExc_UserWarning, message.c_str(), 1) != 0) {
+    // A filter made it an error ("error" action): surface that as an exception.
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject* text = value ? PyObject_Str(value) : nullptr;
+    const char* utf8 = text ? PyUnicode_AsUTF8AndSize(text, nullptr) : nullptr;
+    raised = utf8 ? utf8 : message;
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    PyErr_Clear();
+  }
+  PyGILState_Release(gil);
+  TORCH_CHECK(raised.empty(), raised);
+}
 
 void log_to_python(LogLevel level, const std::string& message) {
   if (!Py_IsInitialized()) {

@@ -58,7 +58,7 @@ void handle_refusal(const Plan& plan, const Choice& choice) {
                 python_repro(key, choice.python_literal(key.dir()), /*strict=*/true));
   }
   if (!plan.warned.exchange(true)) {
-    warn_user("torch_cudnn_algo: " + asked + " cannot run this convolution: " + plan.refusal +
+    warn_to_python("torch_cudnn_algo: " + asked + " cannot run this convolution: " + plan.refusal +
               ". " + kind + " that can run it: " + alternatives +
               ". Running PyTorch's own choice instead (set "
               "torch.backends.cudnn.conv_algo_strict = True to make this an error). "
