@@ -81,7 +81,8 @@ def test_every_engine_configuration(form_name, dtype_name, layout, direction, re
                     warnings.simplefilter("always")
                     out = run_pass(form, direction, x, w, grad)
                 assert any(config.refusal.split(" (")[0] in str(m.message) for m in caught), config
-                assert torch.equal(out, stock)  # the stock path ran
+                # The stock path ran (not bit for bit: stock may pick a non-deterministic kernel).
+                assert relative_error(out, stock) <= 2 * case.tolerance
                 with torch_cudnn_algo.flags(**{FLAG[direction]: config.name, "conv_algo_strict": True}):
                     with pytest.raises(RuntimeError, match="cannot run this convolution"):
                         run_pass(form, direction, x, w, grad)
