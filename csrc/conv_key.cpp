@@ -68,17 +68,30 @@ std::string python_tuple(at::IntArrayRef values) {
   return out.str();
 }
 
+// Checks every convolution op shares: ranks, devices, dtypes and groups.
+// Returns the number of spatial dimensions.
+size_t check_operands(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                      int64_t groups) {
+  const int64_t dim = input.dim();
+  TORCH_CHECK(dim >= 3 && dim <= 5, "torch_cudnn_algo: ", op, " expects a 3-d, 4-d or 5-d "
+              "input (N, C, *spatial), got ", dim, "-d input of shape ", input.sizes());
+  TORCH_CHECK(weight.dim() == dim, "torch_cudnn_algo: weight must have the input's ", dim,
+              " dimensions, got weight of shape ", weight.sizes());
+  TORCH_CHECK(groups >= 1, "torch_cudnn_algo: groups must be >= 1, got ", groups);
+  TORCH_CHECK(input.device() == weight.device(), "torch_cudnn_algo: input is on ",
+              input.device(), " but weight is on ", weight.device());
+  TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "torch_cudnn_algo: input is ",
+              input.scalar_type(), " but weight is ", weight.scalar_type());
+  return static_cast<size_t>(dim - 2);
+}
+
 }  // namespace
 
 void check_conv_arguments(const at::Tensor& input, const at::Tensor& weight,
                           at::IntArrayRef padding, at::IntArrayRef stride,
                           at::IntArrayRef dilation, int64_t groups) {
+  const size_t spatial = check_operands("cudnn_convolution", input, weight, groups);
   const int64_t dim = input.dim();
-  TORCH_CHECK(dim >= 3 && dim <= 5, "torch_cudnn_algo: cudnn_convolution expects a 3-d, 4-d or 5-d "
-              "input (N, C, *spatial), got ", dim, "-d input of shape ", input.sizes());
-  TORCH_CHECK(weight.dim() == dim, "torch_cudnn_algo: weight must have the input's ", dim,
-              " dimensions, got weight of shape ", weight.sizes());
-  const auto spatial = static_cast<size_t>(dim - 2);
   TORCH_CHECK(padding.size() == spatial && stride.size() == spatial && dilation.size() == spatial,
               "torch_cudnn_algo: padding, stride and dilation must each have ", spatial,
               " values for a ", dim, "-d input; got padding ", padding, ", stride ", stride,
@@ -86,16 +99,11 @@ void check_conv_arguments(const at::Tensor& input, const at::Tensor& weight,
   TORCH_CHECK(all_at_least(stride, 1) && all_at_least(dilation, 1) && all_at_least(padding, 0),
               "torch_cudnn_algo: stride and dilation must be >= 1 and padding >= 0; got stride ",
               stride, ", dilation ", dilation, ", padding ", padding);
-  TORCH_CHECK(groups >= 1, "torch_cudnn_algo: groups must be >= 1, got ", groups);
   TORCH_CHECK(input.size(1) == weight.size(1) * groups,
               "torch_cudnn_algo: input has ", input.size(1), " channels but weight of shape ",
               weight.sizes(), " with groups=", groups, " expects ", weight.size(1) * groups);
   TORCH_CHECK(weight.size(0) % groups == 0, "torch_cudnn_algo: weight's ", weight.size(0),
               " output channels are not divisible by groups=", groups);
-  TORCH_CHECK(input.device() == weight.device(), "torch_cudnn_algo: input is on ",
-              input.device(), " but weight is on ", weight.device());
-  TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "torch_cudnn_algo: input is ",
-              input.scalar_type(), " but weight is ", weight.scalar_type());
   for (size_t i = 0; i < spatial; ++i) {
     const int64_t padded = input.size(i + 2) + 2 * padding[i];
     const int64_t extent = dilation[i] * (weight.size(i + 2) - 1) + 1;
@@ -107,12 +115,8 @@ void check_conv_arguments(const at::Tensor& input, const at::Tensor& weight,
 void check_transposed_arguments(const at::Tensor& input, const at::Tensor& weight,
                                 at::IntArrayRef padding, at::IntArrayRef output_padding,
                                 at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups) {
+  const size_t spatial = check_operands("cudnn_convolution_transpose", input, weight, groups);
   const int64_t dim = input.dim();
-  TORCH_CHECK(dim >= 3 && dim <= 5, "torch_cudnn_algo: cudnn_convolution_transpose expects a 3-d, "
-              "4-d or 5-d input (N, C, *spatial), got ", dim, "-d input of shape ", input.sizes());
-  TORCH_CHECK(weight.dim() == dim, "torch_cudnn_algo: weight must have the input's ", dim,
-              " dimensions, got weight of shape ", weight.sizes());
-  const auto spatial = static_cast<size_t>(dim - 2);
   TORCH_CHECK(padding.size() == spatial && output_padding.size() == spatial &&
                   stride.size() == spatial && dilation.size() == spatial,
               "torch_cudnn_algo: padding, output_padding, stride and dilation must each have ",
@@ -128,16 +132,11 @@ void check_transposed_arguments(const at::Tensor& input, const at::Tensor& weigh
                 "torch_cudnn_algo: output_padding must be smaller than stride or dilation, got "
                 "output_padding ", output_padding, ", stride ", stride, ", dilation ", dilation);
   }
-  TORCH_CHECK(groups >= 1, "torch_cudnn_algo: groups must be >= 1, got ", groups);
   TORCH_CHECK(input.size(1) == weight.size(0), "torch_cudnn_algo: input has ", input.size(1),
               " channels but the transposed weight of shape ", weight.sizes(), " expects ",
               weight.size(0));
   TORCH_CHECK(weight.size(0) % groups == 0, "torch_cudnn_algo: weight's ", weight.size(0),
               " input channels are not divisible by groups=", groups);
-  TORCH_CHECK(input.device() == weight.device(), "torch_cudnn_algo: input is on ",
-              input.device(), " but weight is on ", weight.device());
-  TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "torch_cudnn_algo: input is ",
-              input.scalar_type(), " but weight is ", weight.scalar_type());
   const auto out = conv_transpose_output_sizes(input.sizes(), weight.sizes(), padding,
                                                output_padding, stride, dilation, groups);
   for (size_t i = 0; i < spatial; ++i) {
