@@ -42,20 +42,17 @@ at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor&
   }
 
   const at::MemoryFormat format = stock_conv_memory_format(input, weight);
-  const auto output_sizes =
-      conv_output_sizes(input.sizes(), weight.sizes(), padding, stride, dilation);
-  at::Tensor output = at::empty(at::IntArrayRef(output_sizes.data(), input.dim()),
-                                input.options().memory_format(format));
+  const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
+  const ConvKey key = make_conv_key(Direction::kForward, kNoChoice, problem, input.scalar_type(),
+                                    input.device(), deterministic, allow_tf32, format);
+  at::Tensor output = at::empty(key.output(), input.options().memory_format(format));
   if (output.numel() == 0) {
     return output;  // nothing to compute: no cuDNN call, as stock
   }
   if (input.numel() == 0) {
     return output.zero_();  // zero input channels: every output is an empty sum
   }
-  const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
-  const auto plan = runnable_pinned_plan(
-      *choice, make_conv_key(Direction::kForward, kNoChoice, problem, input.scalar_type(),
-                             input.device(), deterministic, allow_tf32, format));
+  const auto plan = runnable_pinned_plan(*choice, key);
   if (!plan) {
     return stock();
   }
