@@ -2,12 +2,11 @@
 // the pinned legacy algorithm, or hands the call to ATen's own kernel
 // (at::native::cudnn_convolution) for anything it does not handle.
 #include "conv_key.h"
-#include "plan.h"
+#include "pinned_call.h"
 #include "overrides.h"
 #include "selection.h"
 
 #include <ATen/ops/cudnn_convolution_native.h>
-#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -45,19 +44,7 @@ at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor&
   const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
   const ConvKey key = make_conv_key(Direction::kForward, kNoChoice, problem, input.scalar_type(),
                                     input.device(), deterministic, allow_tf32, format);
-  at::Tensor output = at::empty(key.output(), input.options().memory_format(format));
-  if (output.numel() == 0) {
-    return output;  // nothing to compute: no cuDNN call, as stock
-  }
-  if (input.numel() == 0) {
-    return output.zero_();  // zero input channels: every output is an empty sum
-  }
-  const auto plan = runnable_pinned_plan(*choice, key);
-  if (!plan) {
-    return stock();
-  }
-  plan->run(as_canonical(input, format), as_canonical(weight, format), output);
-  return output;
+  return run_pinned_call(*choice, key, key.output(), input, weight, stock);
 }
 
 }  // namespace

@@ -3,12 +3,11 @@
 // (its output is the cuDNN problem's x), so it runs the pinned backward-data
 // algorithm; anything it does not handle goes to ATen's own kernel.
 #include "conv_key.h"
-#include "plan.h"
+#include "pinned_call.h"
 #include "overrides.h"
 #include "selection.h"
 
 #include <ATen/ops/cudnn_convolution_transpose_native.h>
-#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -41,29 +40,20 @@ at::Tensor cudnn_convolution_transpose_override(
   }
 
   const at::MemoryFormat format = stock_conv_memory_format(input, weight);
-  const auto output_sizes = conv_transpose_output_sizes(input.sizes(), weight.sizes(), padding,
-                                                        output_padding, stride, dilation, groups);
-  const at::IntArrayRef x_sizes(output_sizes.data(), input.dim());
-  at::Tensor output = at::empty(x_sizes, input.options().memory_format(format));
-  if (output.numel() == 0) {
-    return output;
-  }
-  if (input.numel() == 0) {
-    return output.zero_();
-  }
-  const ConvProblem problem{x_sizes, weight.sizes(), padding, stride, dilation, groups,
-                            /*transposed=*/true, output_padding};
+  const auto x_sizes = conv_transpose_output_sizes(input.sizes(), weight.sizes(), padding,
+                                                   output_padding, stride, dilation, groups);
+  const ConvProblem problem{at::IntArrayRef(x_sizes.data(), input.dim()), weight.sizes(), padding,
+                            stride, dilation, groups, /*transposed=*/true, output_padding};
   const ConvKey key = make_conv_key(Direction::kBackwardData, kNoChoice, problem,
                                     input.scalar_type(), input.device(), deterministic,
                                     allow_tf32, format);
-  TORCH_INTERNAL_ASSERT(key.output() == input.sizes(), "transposed geometry mismatch: ",
-                        key.output(), " vs ", input.sizes());
-  const auto plan = runnable_pinned_plan(*choice, key);
-  if (!plan) {
+  if (key.output() != input.sizes()) {
+    // output_padding >= stride (legal when < dilation): no backward-data call of
+    // cuDNN maps back onto this input, and F.conv_transpose never sends it here.
     return stock();
   }
-  plan->run(as_canonical(input, format), as_canonical(weight, format), output);
-  return output;
+  // The transposed output is the cuDNN problem's x.
+  return run_pinned_call(*choice, key, key.input(), input, weight, stock);
 }
 
 }  // namespace
