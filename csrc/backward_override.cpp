@@ -1,4 +1,5 @@
-// The CUDA kernel of aten::convolution_backward while any choice is pinned.
+// The CUDA kernel of aten::convolution_backward while any choice is pinned (or
+// conv_profile is on).
 // When stock would run cuDNN (ordinary or transposed), the pinned gradients are
 // computed with the legacy API, per cuDNN's mapping:
 //
@@ -81,11 +82,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
                                             padding, dilation, transposed, output_padding, groups,
                                             mask);
   };
-  const auto data_choice =
-      pinned_choice(transposed ? Direction::kForward : Direction::kBackwardData);
-  const auto filter_choice = pinned_choice(Direction::kBackwardFilter);
-  const bool pin_data = output_mask[0] && data_choice;
-  const bool pin_filter = output_mask[1] && filter_choice;
+  const Direction data_direction = transposed ? Direction::kForward : Direction::kBackwardData;
+  const bool pin_data = output_mask[0] && direction_active(data_direction);
+  const bool pin_filter = output_mask[1] && direction_active(Direction::kBackwardFilter);
   // Empty tensors: ATen's cuDNN backward returns without calling cuDNN.
   if (!(pin_data || pin_filter) || !is_cudnn_float_type(input.scalar_type()) ||
       input.numel() == 0 || grad_output.numel() == 0 || weight.numel() == 0 ||
@@ -131,8 +130,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
 
   at::Tensor grad_input, grad_weight, grad_bias;
   if (pin_data) {
-    const Direction direction = transposed ? Direction::kForward : Direction::kBackwardData;
-    if (const auto plan = runnable_pinned_plan(*data_choice, key_for(direction, data_format))) {
+    if (const auto plan = select_plan(key_for(data_direction, data_format))) {
       // Forward (transposed) takes (x = grad_output, w); backward-data (dy, w): same operands.
       grad_input = at::empty(in.sizes(), in.options().memory_format(data_format));
       plan->run(as_canonical(go, data_format), as_canonical(w, data_format), grad_input);
@@ -140,8 +138,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
     }
   }
   if (pin_filter) {
-    if (const auto plan = runnable_pinned_plan(
-            *filter_choice, key_for(Direction::kBackwardFilter, filter_format))) {
+    if (const auto plan = select_plan(key_for(Direction::kBackwardFilter, filter_format))) {
       grad_weight = at::empty(w.sizes(), w.options().memory_format(filter_format));
       plan->run(as_canonical(x, filter_format), as_canonical(y, filter_format), grad_weight);
       if (is_1d) grad_weight = grad_weight.squeeze(2);

@@ -316,4 +316,22 @@ std::string python_repro(const ConvKey& key, const std::string& choice_literal, 
   return out.str();
 }
 
+std::string python_request(const ConvKey& key) {
+  const char* dtype = torch_dtype_name(key.scalar_type());
+  std::ostringstream out;
+  out << "{'direction': '" << direction_name(key.dir()) << "', 'input': "
+      << python_tuple(key.input()) << ", 'weight': " << python_tuple(key.weight())
+      << ", 'output': " << python_tuple(key.output())
+      << ", 'padding': " << python_tuple(spatial(key.padding, key))
+      << ", 'stride': " << python_tuple(spatial(key.stride, key))
+      << ", 'dilation': " << python_tuple(spatial(key.dilation, key))
+      << ", 'groups': " << key.groups << ", 'dtype': '" << (dtype + 6)  // without "torch."
+      << "', 'channels_last': " << (key.format() != at::MemoryFormat::Contiguous ? "True" : "False")
+      << ", 'device': " << static_cast<int>(key.device)
+      << ", 'deterministic': " << (key.deterministic ? "True" : "False")
+      << ", 'allow_tf32': " << (key.allow_tf32 ? "True" : "False")
+      << ", 'transposed': " << (key.transposed ? "True" : "False") << "}";
+  return out.str();
+}
+
 }  // namespace torch_cudnn_algo

@@ -25,8 +25,7 @@ at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor&
                                          benchmark, deterministic, allow_tf32);
   };
   const c10::cuda::CUDAGuard device_guard(input.device());
-  const auto choice = pinned_choice(Direction::kForward);
-  if (!choice || !is_cudnn_float_type(input.scalar_type())) {
+  if (!direction_active(Direction::kForward) || !is_cudnn_float_type(input.scalar_type())) {
     return stock();  // unpinned meanwhile, or a dtype ATen rejects with its own message
   }
   if (input.dim() == 3) {
@@ -44,7 +43,7 @@ at::Tensor cudnn_convolution_override(const at::Tensor& input, const at::Tensor&
   const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
   const ConvKey key = make_conv_key(Direction::kForward, kNoChoice, problem, input.scalar_type(),
                                     input.device(), deterministic, allow_tf32, format);
-  return run_pinned_call(*choice, key, key.output(), input, weight, stock);
+  return run_pinned_call(key, key.output(), input, weight, stock);
 }
 
 }  // namespace

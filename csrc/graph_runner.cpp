@@ -324,6 +324,7 @@ std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineNam
     plan->choice = wanted.canonical;
   }
   plan->refusal = precision_refusal(key, graph.numerical_notes_at(index));
+  plan->refused_by_rule = !plan->refusal.empty();
   if (plan->refusal.empty()) {
     const auto status = graph.build_plan_at_index(index);
     if (status.is_bad()) plan->refusal = "cuDNN cannot build it here (" + message_of(status) + ")";

@@ -157,6 +157,7 @@ std::shared_ptr<LegacyPlan> build_plan(const ConvKey& key) {
 
   const cudnnHandle_t handle = current_cudnn_handle();
   if (key.deterministic && !legacy_algo_is_deterministic(direction, key.algo)) {
+    plan->refused_by_rule = true;
     plan->refusal =
         "it is non-deterministic and deterministic algorithms are required "
         "(torch.backends.cudnn.deterministic or torch.use_deterministic_algorithms)";

@@ -6,6 +6,7 @@
 #include "legacy_algorithms.h"
 #include "legacy_runner.h"
 #include "overrides.h"
+#include "profiling.h"
 #include "selection.h"
 
 #include <c10/cuda/CUDAGuard.h>
@@ -41,6 +42,39 @@ std::string canonical_engine_name(const std::string& name) {
   return parse_engine_name(name).canonical;
 }
 
+void set_policy(const std::string& direction, const std::string& policy) {
+  set_pinned_policy(parse_direction(direction), policy);
+}
+
+std::string get_policy(const std::string& direction) {
+  const auto choice = pinned_choice(parse_direction(direction));
+  return choice && choice->fastest ? "fastest" : "";
+}
+
+void set_workspace_limit_op(int64_t bytes) {
+  set_workspace_limit(bytes);
+}
+
+int64_t get_workspace_limit() {
+  return workspace_limit();
+}
+
+void set_profile(bool enabled) {
+  set_profile_mode(enabled);
+}
+
+bool get_profile() {
+  return profile_mode();
+}
+
+bool set_thread_bypass(bool bypass) {
+  return exchange_bypass(bypass);
+}
+
+int64_t profile_decision_count_op() {
+  return static_cast<int64_t>(profile_decision_count());
+}
+
 void set_strict(bool strict) {
   set_strict_mode(strict);
 }
@@ -60,6 +94,7 @@ std::vector<std::string> get_active_overrides() {
 void clear_plan_cache() {
   clear_legacy_plans();
   clear_graph_plans();
+  clear_profile_decisions();
 }
 
 int64_t plan_cache_size() {
@@ -71,7 +106,8 @@ int64_t plan_cache_size() {
 ConvKey user_conv_key(const std::string& direction, int64_t algo, const at::Tensor& input,
                       const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
                       at::IntArrayRef dilation, int64_t groups, bool transposed,
-                      at::IntArrayRef output_padding, bool deterministic, bool allow_tf32) {
+                      at::IntArrayRef output_padding, bool deterministic, bool allow_tf32,
+                      std::optional<at::Device> device = std::nullopt) {
   const Direction dir = parse_direction(direction);
   TORCH_CHECK_VALUE(algo >= 0 && algo < legacy_algo_count(dir), "torch_cudnn_algo: ", direction,
                     " legacy algorithm must be in [0, ", legacy_algo_count(dir), "), got ", algo);
@@ -82,15 +118,23 @@ ConvKey user_conv_key(const std::string& direction, int64_t algo, const at::Tens
     check_conv_arguments(input, weight, padding, stride, dilation, groups);
     const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
     return make_conv_key(dir, static_cast<int>(algo), problem, input.scalar_type(),
-                         input.device(), deterministic, allow_tf32, format);
+                         device.value_or(input.device()), deterministic, allow_tf32, format);
   }
   check_transposed_arguments(input, weight, padding, output_padding, stride, dilation, groups);
   const auto x_sizes = conv_transpose_output_sizes(input.sizes(), weight.sizes(), padding,
                                                    output_padding, stride, dilation, groups);
   const ConvProblem problem{at::IntArrayRef(x_sizes.data(), input.dim()), weight.sizes(), padding,
                             stride, dilation, groups, /*transposed=*/true, output_padding};
-  return make_conv_key(dir, static_cast<int>(algo), problem, input.scalar_type(), input.device(),
-                       deterministic, allow_tf32, format);
+  return make_conv_key(dir, static_cast<int>(algo), problem, input.scalar_type(),
+                       device.value_or(input.device()), deterministic, allow_tf32, format);
+}
+
+// The CUDA device a query is about: the tensors' own or, for meta tensors (a
+// description: nothing allocated), the current one.
+at::Device query_device(const at::Tensor& input, const char* op) {
+  TORCH_CHECK(input.is_cuda() || input.is_meta(), "torch_cudnn_algo: ", op,
+              " needs CUDA or meta tensors, got ", input.device());
+  return input.is_meta() ? at::Device(at::kCUDA, c10::cuda::current_device()) : input.device();
 }
 
 // Workspace bytes `algo` needs for this convolution, or -1 when cuDNN does not
@@ -100,12 +144,12 @@ int64_t legacy_workspace_size_op(const std::string& direction, const at::Tensor&
                                  at::IntArrayRef stride, at::IntArrayRef dilation,
                                  int64_t groups, bool transposed, at::IntArrayRef output_padding,
                                  bool allow_tf32, int64_t algo) {
-  TORCH_CHECK(input.is_cuda(), "torch_cudnn_algo: legacy_workspace_size needs CUDA tensors");
+  const at::Device device = query_device(input, "legacy_workspace_size");
   const ConvKey key = user_conv_key(direction, algo, input, weight, padding, stride, dilation,
                                     groups, transposed, output_padding, /*deterministic=*/false,
-                                    allow_tf32);
+                                    allow_tf32, device);
   if (!legacy_algo_is_implemented(key.dir(), key.algo)) return -1;
-  const c10::cuda::CUDAGuard device_guard(input.device());
+  const c10::cuda::CUDAGuard device_guard(device);
   const auto bytes = legacy_workspace_size(key);
   return bytes ? static_cast<int64_t>(*bytes) : -1;
 }
@@ -137,10 +181,11 @@ EngineTable engine_configs(const std::string& direction, const at::Tensor& input
                            at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
                            bool transposed, at::IntArrayRef output_padding, bool deterministic,
                            bool allow_tf32) {
-  TORCH_CHECK(input.is_cuda(), "torch_cudnn_algo: engine_configs needs CUDA tensors");
+  const at::Device device = query_device(input, "engine_configs");
   const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation,
-                                    groups, transposed, output_padding, deterministic, allow_tf32);
-  const c10::cuda::CUDAGuard device_guard(input.device());
+                                    groups, transposed, output_padding, deterministic, allow_tf32,
+                                    device);
+  const c10::cuda::CUDAGuard device_guard(device);
   EngineTable table;
   auto& [names, sources, workspaces, numerical, behavior, knobs, refusals] = table;
   const auto join = [](const std::vector<std::string>& notes) {
@@ -158,6 +203,80 @@ EngineTable engine_configs(const std::string& direction, const at::Tensor& input
     refusals.push_back(candidate.refusal);
   }
   return table;
+}
+
+// The cuDNN problem of a user-level convolution, as the profiler reads it (a
+// Python dict literal, see python_request), and its one-line description.
+std::tuple<std::string, std::string> conv_request(
+    const std::string& direction, const at::Tensor& input, const at::Tensor& weight,
+    at::IntArrayRef padding, at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
+    bool transposed, at::IntArrayRef output_padding, bool deterministic, bool allow_tf32) {
+  const ConvKey key =
+      user_conv_key(direction, 0, input, weight, padding, stride, dilation, groups, transposed,
+                    output_padding, deterministic, allow_tf32, query_device(input, "profile"));
+  return {python_request(key), describe_conv(key)};
+}
+
+// Checks the profiler's operands of a cuDNN problem x (*) w = y and returns its
+// key. Operands by direction, as Plan::run takes them: fwd (x, w) -> y;
+// bwd_data (dy, w) -> dx; bwd_filter (x, dy) -> dw.
+ConvKey candidate_key(Direction dir, const at::Tensor& a, const at::Tensor& b,
+                      const at::Tensor& out, at::IntArrayRef padding, at::IntArrayRef stride,
+                      at::IntArrayRef dilation, int64_t groups, bool deterministic,
+                      bool allow_tf32) {
+  const at::Tensor& x = dir == Direction::kBackwardData ? out : a;
+  const at::Tensor& w = dir == Direction::kBackwardFilter ? out : b;
+  const at::Tensor& y = dir == Direction::kForward ? out : dir == Direction::kBackwardData ? a : b;
+  TORCH_CHECK(x.is_cuda() && w.is_cuda() && y.is_cuda(),
+              "torch_cudnn_algo: run_candidate needs CUDA tensors");
+  TORCH_CHECK(x.dim() == 4 || x.dim() == 5,
+              "torch_cudnn_algo: run_candidate takes the 4-d or 5-d cuDNN problem, got x of shape ",
+              x.sizes());
+  TORCH_CHECK(is_cudnn_float_type(x.scalar_type()), "torch_cudnn_algo: run_candidate: cuDNN "
+              "does not convolve ", x.scalar_type());
+  check_conv_arguments(x, w, padding, stride, dilation, groups);
+  const auto y_sizes = conv_output_sizes(x.sizes(), w.sizes(), padding, stride, dilation);
+  TORCH_CHECK(y.sizes() == at::IntArrayRef(y_sizes.data(), x.dim()) &&
+                  y.scalar_type() == x.scalar_type() && y.device() == x.device(),
+              "torch_cudnn_algo: run_candidate: y must be ", x.scalar_type(), " of shape ",
+              at::IntArrayRef(y_sizes.data(), x.dim()), " on ", x.device(), ", got ",
+              y.scalar_type(), " ", y.sizes(), " on ", y.device());
+  const at::MemoryFormat format = stock_conv_memory_format(x, w);
+  for (const at::Tensor* t : {&a, &b, &out}) {
+    TORCH_CHECK(t->is_contiguous(format), "torch_cudnn_algo: run_candidate: operands must be "
+                "contiguous in ", format, " (the layout of x and w)");
+  }
+  const ConvProblem problem{x.sizes(), w.sizes(), padding, stride, dilation, groups};
+  return make_conv_key(dir, kNoChoice, problem, x.scalar_type(), x.device(), deterministic,
+                       allow_tf32, format);
+}
+
+// Builds (cached) the plan of one candidate on a cuDNN problem and, with
+// `execute`, runs it once on the current stream, writing `out`. Returns
+// ("ok" | "unsupported: <why>" | "refused: <rule>", workspace bytes or -1).
+// An allocation failure raises torch.OutOfMemoryError. No rule beyond the
+// plan's own refusal is applied (the profiler applies the workspace limit).
+std::tuple<std::string, int64_t> run_candidate(
+    const std::string& direction, const std::string& choice_value, const at::Tensor& a,
+    const at::Tensor& b, const at::Tensor& out, at::IntArrayRef padding, at::IntArrayRef stride,
+    at::IntArrayRef dilation, int64_t groups, bool deterministic, bool allow_tf32, bool execute) {
+  const Direction dir = parse_direction(direction);
+  const auto choice = choice_from_flag_value(choice_value);
+  TORCH_CHECK_VALUE(choice->is_engine() || (choice->legacy_algo < legacy_algo_count(dir) &&
+                                            legacy_algo_is_implemented(dir, choice->legacy_algo)),
+                    "torch_cudnn_algo: ", choice_value, " is not a ", direction,
+                    " legacy algorithm cuDNN implements");
+  const ConvKey key = candidate_key(dir, a, b, out, padding, stride, dilation, groups,
+                                    deterministic, allow_tf32);
+  const c10::cuda::CUDAGuard device_guard(a.device());
+  const auto plan = plan_for_choice(*choice, key);
+  if (!plan->refusal.empty()) {
+    return {(plan->refused_by_rule ? "refused: " : "unsupported: ") + plan->refusal, -1};
+  }
+  if (execute) {
+    plan->run(a, b, out);
+  }
+  return {"ok", static_cast<int64_t>(plan->workspace_bytes)};
 }
 
 int64_t cudnn_runtime_version() {
@@ -194,6 +313,24 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "bool allow_tf32) -> (str[], str[], int[], str[], str[], str[], str[])",
       &engine_configs);
   m.def("cudnn_runtime_version() -> int", &cudnn_runtime_version);
+  m.def("set_policy(str direction, str policy) -> ()", &set_policy);
+  m.def("get_policy(str direction) -> str", &get_policy);
+  m.def("set_workspace_limit(int bytes) -> ()", &set_workspace_limit_op);
+  m.def("get_workspace_limit() -> int", &get_workspace_limit);
+  m.def("set_profile(bool enabled) -> ()", &set_profile);
+  m.def("get_profile() -> bool", &get_profile);
+  m.def("set_thread_bypass(bool bypass) -> bool", &set_thread_bypass);
+  m.def("profile_decision_count() -> int", &profile_decision_count_op);
+  m.def(
+      "conv_request(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
+      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
+      "bool allow_tf32) -> (str, str)",
+      &conv_request);
+  m.def(
+      "run_candidate(str direction, str choice, Tensor a, Tensor b, Tensor(a!) out, int[] padding, "
+      "int[] stride, int[] dilation, int groups, bool deterministic, bool allow_tf32, "
+      "bool execute) -> (str, int)",
+      &run_candidate);
 }
 
 }  // namespace torch_cudnn_algo

@@ -34,19 +34,19 @@ struct Override {
   std::unique_ptr<torch::Library> library;  // non-null while registered
 };
 
-bool forward_pinned() {
-  return pinned_choice(Direction::kForward) != nullptr;
+bool forward_active() {
+  return direction_active(Direction::kForward);
 }
 
-bool backward_data_pinned() {
-  return pinned_choice(Direction::kBackwardData) != nullptr;
+bool backward_data_active() {
+  return direction_active(Direction::kBackwardData);
 }
 
 // convolution_backward serves every direction: a transposed convolution's input
 // gradient is a forward call.
-bool anything_pinned() {
+bool any_direction_active() {
   for (int i = 0; i < kNumDirections; ++i) {
-    if (pinned_choice(static_cast<Direction>(i))) return true;
+    if (direction_active(static_cast<Direction>(i))) return true;
   }
   return false;
 }
@@ -55,10 +55,10 @@ bool anything_pinned() {
 // deregister from an already-destroyed dispatcher.
 std::array<Override, 3>& overrides() {
   static auto* table = new std::array<Override, 3>{
-      Override{"aten::cudnn_convolution", &forward_pinned, &register_forward_override, nullptr},
-      Override{"aten::cudnn_convolution_transpose", &backward_data_pinned,
+      Override{"aten::cudnn_convolution", &forward_active, &register_forward_override, nullptr},
+      Override{"aten::cudnn_convolution_transpose", &backward_data_active,
                &register_transpose_override, nullptr},
-      Override{"aten::convolution_backward", &anything_pinned, &register_backward_override,
+      Override{"aten::convolution_backward", &any_direction_active, &register_backward_override,
                nullptr},
   };
   return *table;
@@ -87,7 +87,7 @@ std::vector<std::string> sync_overrides() {
     if (needed && !entry.library) {
       entry.library = make_cuda_library(entry);
       log_lines.push_back(std::string("registered override of ") + entry.op_name +
-                          " (CUDA) for the pinned algorithm");
+                          " (CUDA) for the pinned algorithm or conv_profile");
     } else if (!needed && entry.library) {
       entry.library.reset();
       log_lines.push_back(std::string("removed override of ") + entry.op_name +

@@ -1,6 +1,7 @@
 // The shared tail of the single-call overrides (cudnn_convolution and
-// cudnn_convolution_transpose): allocate what the pinned cuDNN call writes, run
-// the pinned plan on (input, weight), or hand the call to ATen.
+// cudnn_convolution_transpose): select the plan (pinned, policy-picked, or none),
+// allocate what its cuDNN call writes and run it on (input, weight), or hand
+// the call to ATen.
 #pragma once
 
 #include "conv_key.h"
@@ -8,27 +9,30 @@
 #include "selection.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/accumulate.h>
 
 namespace torch_cudnn_algo {
 
 // `output_sizes` are those of the tensor the call writes: y for a forward call,
 // x for a transposed convolution's backward-data call. Empty outputs and inputs
-// never reach cuDNN. `stock` runs ATen's kernel when the pinned choice cannot.
+// never reach cuDNN. `stock` runs ATen's kernel when no plan is selected.
 template <typename Stock>
-at::Tensor run_pinned_call(const Choice& choice, const ConvKey& key, at::IntArrayRef output_sizes,
+at::Tensor run_pinned_call(const ConvKey& key, at::IntArrayRef output_sizes,
                            const at::Tensor& input, const at::Tensor& weight, Stock&& stock) {
   const at::MemoryFormat format = key.format();
-  at::Tensor output = at::empty(output_sizes, input.options().memory_format(format));
-  if (output.numel() == 0) {
-    return output;  // nothing to compute: no cuDNN call, as stock
+  const auto options = input.options().memory_format(format);
+  if (c10::multiply_integers(output_sizes) == 0) {
+    return at::empty(output_sizes, options);  // nothing to compute: no cuDNN call, as stock
   }
   if (input.numel() == 0) {
-    return output.zero_();  // zero input channels: every output is an empty sum
+    return at::zeros(output_sizes, options);  // zero input channels: every output is an empty sum
   }
-  const auto plan = runnable_pinned_plan(choice, key);
+  const auto plan = select_plan(key);
   if (!plan) {
     return stock();
   }
+  at::Tensor output = at::empty(output_sizes, options);
   plan->run(as_canonical(input, format), as_canonical(weight, format), output);
   return output;
 }

@@ -20,12 +20,20 @@ struct Plan {
   std::string choice;
   // Why the pinned choice cannot run this problem; empty when it can.
   std::string refusal;
+  // The refusal comes from the contract's rules (determinism, TF32), not from
+  // cuDNN lacking support: the profile table tells the two apart.
+  bool refused_by_rule = false;
   // On refusal: choices of the same kind that could run it instead.
   std::vector<std::string> alternatives;
   // Exactly what cuDNN reported this choice needs.
   size_t workspace_bytes = 0;
   // Set by the first refusal warning, so each configuration warns once.
   mutable std::atomic<bool> warned{false};
+  // The workspace limit last warned about for this plan (-1: none yet).
+  mutable std::atomic<int64_t> warned_limit{-1};
+  // Set when the "requested ... is set" line was logged: once per plan, also
+  // when profiling built the plan before the first pinned call.
+  mutable std::atomic<bool> announced{false};
 
   // Executes on the current stream. Operands by direction, all canonical in
   // key.format():  fwd (x, w) -> y;  bwd_data (dy, w) -> dx;  bwd_filter (x, dy) -> dw.

@@ -3,6 +3,7 @@
 // and log lines sent to the Python logger "torch_cudnn_algo".
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace torch_cudnn_algo {
@@ -19,5 +20,13 @@ void warn_to_python(const std::string& message);
 // never call it while holding a lock a Python thread may wait for. Never throws:
 // a logging failure must not break a convolution.
 void log_to_python(LogLevel level, const std::string& message);
+
+// Calls the profiler the Python package installed (torch_cudnn_algo._C.
+// _set_profiler) with `request` (a Python dict literal, see python_request) and
+// the convolution's description, and returns its answer: the flag value of the candidate to run, "" for the
+// stock path. nullopt when no profiler is installed or it raised (the profiler
+// reports its own failures; an exception escaping it becomes a warning).
+std::optional<std::string> call_python_profiler(const std::string& request,
+                                                const std::string& description);
 
 }  // namespace torch_cudnn_algo

@@ -4,10 +4,14 @@
 #include "legacy_algorithms.h"
 #include "legacy_runner.h"
 #include "overrides.h"
+#include "profiling.h"
 #include "python_bridge.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <mutex>
+#include <utility>
 
 namespace torch_cudnn_algo {
 namespace {
@@ -15,6 +19,9 @@ namespace {
 // Read with std::atomic_load: the published Choice is immutable.
 std::array<std::shared_ptr<const Choice>, kNumDirections> g_choices;
 std::atomic<bool> g_strict{false};
+std::atomic<int64_t> g_workspace_limit{-1};
+std::atomic<bool> g_profile{false};
+thread_local bool t_bypass = false;
 // Serializes writers so the registered overrides always match the last write.
 std::mutex g_write_mutex;
 
@@ -38,37 +45,121 @@ void publish(Direction direction, std::shared_ptr<const Choice> choice) {
   }
 }
 
-void handle_refusal(const Plan& plan, const Choice& choice) {
+// Re-syncs the overrides after a change that is not a choice (conv_profile).
+void resync_overrides() {
+  std::vector<std::string> log_lines;
+  {
+    std::lock_guard<std::mutex> lock(g_write_mutex);
+    log_lines = sync_overrides();
+  }
+  for (const auto& line : log_lines) {
+    log_to_python(LogLevel::kInfo, line);
+  }
+}
+
+std::string asked_text(const Plan& plan, const Choice& choice) {
+  return std::string("torch.backends.cudnn.") + direction_flag_name(plan.key.dir()) + " = " +
+         (choice.is_engine() ? "'" + choice.engine + "'" : plan.choice);
+}
+
+// Raises (strict) or warns once (`first` says whether this is the first time)
+// that `choice` cannot run plan.key's problem because of `reason`.
+void refuse(const Plan& plan, const Choice& choice, const std::string& reason,
+            const std::vector<std::string>& alternatives_list, bool first) {
   const ConvKey& key = plan.key;
   std::string alternatives;
-  for (const auto& name : plan.alternatives) {
+  for (const auto& name : alternatives_list) {
     alternatives += (alternatives.empty() ? "" : ", ") + name;
   }
   if (alternatives.empty()) alternatives = "none";
   const char* kind = choice.is_engine() ? "Engine configurations" : "Legacy algorithms";
-  const std::string asked = std::string("torch.backends.cudnn.") +
-                            direction_flag_name(key.dir()) + " = " +
-                            (choice.is_engine() ? "'" + choice.engine + "'" : plan.choice);
+  const std::string asked = asked_text(plan, choice);
   if (strict_mode()) {
-    TORCH_CHECK(false, "torch_cudnn_algo: ", asked, " cannot run this convolution: ",
-                plan.refusal, ".\n  convolution: ", describe_conv(key), "\n  ", kind,
+    TORCH_CHECK(false, "torch_cudnn_algo: ", asked, " cannot run this convolution: ", reason,
+                ".\n  convolution: ", describe_conv(key), "\n  ", kind,
                 " that can run it: ", alternatives,
                 "\n  (conv_algo_strict=True makes this an error; with False the stock path runs "
                 "after a warning)\nRepro:\n",
                 python_repro(key, choice.python_literal(key.dir()), /*strict=*/true));
   }
-  if (!plan.warned.exchange(true)) {
-    warn_to_python("torch_cudnn_algo: " + asked + " cannot run this convolution: " + plan.refusal +
-              ". " + kind + " that can run it: " + alternatives +
-              ". Running PyTorch's own choice instead (set "
-              "torch.backends.cudnn.conv_algo_strict = True to make this an error). "
-              "Convolution: " + describe_conv(key));
+  if (first) {
+    warn_to_python("torch_cudnn_algo: " + asked + " cannot run this convolution: " + reason +
+                   ". " + kind + " that can run it: " + alternatives +
+                   ". Running PyTorch's own choice instead (set "
+                   "torch.backends.cudnn.conv_algo_strict = True to make this an error). "
+                   "Convolution: " + describe_conv(key));
   }
+}
+
+// Choices of `choice`'s kind that can run key's problem within `limit` bytes.
+std::vector<std::string> alternatives_within_limit(const Choice& choice, const ConvKey& key,
+                                                   int64_t limit) {
+  std::vector<std::string> names;
+  if (choice.is_engine()) {
+    for (const auto& candidate : list_engine_candidates(key)) {
+      if (candidate.refusal.empty() && candidate.workspace >= 0 && candidate.workspace <= limit) {
+        names.push_back(candidate.name);
+      }
+    }
+    return names;
+  }
+  const Direction direction = key.dir();
+  for (int algo = 0; algo < legacy_algo_count(direction); ++algo) {
+    if (!legacy_algo_is_implemented(direction, algo)) continue;
+    Choice legacy;
+    legacy.legacy_algo = algo;
+    const auto plan = plan_for_choice(legacy, key);
+    if (plan->refusal.empty() && static_cast<int64_t>(plan->workspace_bytes) <= limit) {
+      names.push_back(plan->choice);
+    }
+  }
+  return names;
+}
+
+void handle_refusal(const Plan& plan, const Choice& choice) {
+  const bool first = !strict_mode() && !plan.warned.exchange(true);
+  refuse(plan, choice, plan.refusal, plan.alternatives, first);
+}
+
+// The workspace limit applied to a plan that cuDNN can run; true when it fits.
+bool within_workspace_limit(const Plan& plan, const Choice& choice) {
+  const int64_t limit = workspace_limit();
+  if (limit < 0 || static_cast<int64_t>(plan.workspace_bytes) <= limit) return true;
+  const bool first = !strict_mode() && plan.warned_limit.exchange(limit) != limit;
+  if (strict_mode() || first) {
+    refuse(plan, choice,
+           "it needs " + std::to_string(plan.workspace_bytes) +
+               " bytes of workspace, over torch.backends.cudnn.conv_workspace_limit = " +
+               std::to_string(limit),
+           alternatives_within_limit(choice, plan.key, limit), first);
+  }
+  return false;
+}
+
+// The pinned (or policy-picked) `choice` on `key`: its plan if it may run, else
+// nullptr after the refusal rule.
+std::shared_ptr<const Plan> runnable_plan(const Choice& choice, const ConvKey& key,
+                                          bool picked_by_policy) {
+  auto plan = plan_for_choice(choice, key);
+  if (!plan->refusal.empty()) {
+    handle_refusal(*plan, choice);
+    return nullptr;
+  }
+  if (!within_workspace_limit(*plan, choice)) {
+    return nullptr;
+  }
+  if (!plan->announced.exchange(true)) {
+    log_to_python(LogLevel::kInfo, std::string("requested ") + direction_name(key.dir()) +
+                                       " algorithm " + (picked_by_policy ? "fastest -> " : "") +
+                                       plan->choice + " is set | " + describe_conv(key));
+  }
+  return plan;
 }
 
 }  // namespace
 
 std::string Choice::python_literal(Direction direction) const {
+  if (fastest) return "'fastest'";
   if (is_engine()) return "'" + engine + "'";
   return std::to_string(legacy_algo) + "  # " + legacy_algo_name(direction, legacy_algo);
 }
@@ -111,26 +202,93 @@ void set_strict_mode(bool strict) {
   g_strict.store(strict);
 }
 
-std::shared_ptr<const Plan> runnable_pinned_plan(const Choice& choice, ConvKey key) {
+void set_pinned_policy(Direction direction, const std::string& policy) {
+  TORCH_CHECK_VALUE(policy == "fastest", "torch_cudnn_algo: unknown policy '", policy,
+                    "'; the only policy is 'fastest'");
+  auto choice = std::make_shared<Choice>();
+  choice->fastest = true;
+  publish(direction, std::move(choice));
+}
+
+std::shared_ptr<const Choice> choice_from_flag_value(const std::string& value) {
+  auto choice = std::make_shared<Choice>();
+  const bool numeric = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+  if (numeric) {
+    choice->legacy_algo = std::stoi(value);
+  } else {
+    choice->engine = parse_engine_name(value).canonical;
+  }
+  return choice;
+}
+
+int64_t workspace_limit() {
+  return g_workspace_limit.load(std::memory_order_relaxed);
+}
+
+void set_workspace_limit(int64_t bytes) {
+  TORCH_CHECK_VALUE(bytes >= -1, "torch_cudnn_algo: workspace limit must be >= 0 bytes or None");
+  if (g_workspace_limit.exchange(bytes) != bytes) {
+    clear_profile_decisions();  // the policy's picks were made under the old limit
+  }
+}
+
+bool profile_mode() {
+  return g_profile.load(std::memory_order_relaxed);
+}
+
+void set_profile_mode(bool enabled) {
+  g_profile.store(enabled);
+  resync_overrides();
+}
+
+BypassGuard::BypassGuard(bool bypass) : previous_(t_bypass) {
+  t_bypass = bypass;
+}
+
+BypassGuard::~BypassGuard() {
+  t_bypass = previous_;
+}
+
+bool bypassed() {
+  return t_bypass;
+}
+
+bool exchange_bypass(bool bypass) {
+  return std::exchange(t_bypass, bypass);
+}
+
+bool direction_active(Direction direction) {
+  return profile_mode() || pinned_choice(direction) != nullptr;
+}
+
+std::shared_ptr<const Plan> plan_for_choice(const Choice& choice, ConvKey key) {
+  TORCH_INTERNAL_ASSERT(!choice.fastest, "a policy has no plan of its own");
   bool created = false;
-  std::shared_ptr<const Plan> plan;
   if (choice.is_engine()) {
     key.algo = kNoChoice;
-    plan = get_graph_plan(key, choice.engine, &created);
-  } else {
-    key.algo = choice.legacy_algo;
-    plan = get_legacy_plan(key, &created);
+    return get_graph_plan(key, choice.engine, &created);
   }
-  if (!plan->refusal.empty()) {
-    handle_refusal(*plan, choice);
+  key.algo = choice.legacy_algo;
+  return get_legacy_plan(key, &created);
+}
+
+std::shared_ptr<const Plan> select_plan(ConvKey key) {
+  if (bypassed()) {
     return nullptr;
   }
-  if (created) {
-    log_to_python(LogLevel::kInfo, std::string("requested ") + direction_name(key.dir()) +
-                                       " algorithm " + plan->choice + " is set | " +
-                                       describe_conv(key));
+  const auto pinned = pinned_choice(key.dir());
+  const bool policy = pinned && pinned->fastest;
+  std::shared_ptr<const Choice> choice = pinned;
+  if (policy || profile_mode()) {
+    auto pick = profiled_choice(key);
+    if (policy) choice = std::move(pick);
   }
-  return plan;
+  if (!choice) {
+    return nullptr;
+  }
+  return runnable_plan(*choice, key, policy);
 }
 
 }  // namespace torch_cudnn_algo

@@ -16,15 +16,20 @@ constexpr int kNoChoice = -1;
 struct ConvKey;
 struct Plan;
 
-// One direction's pinned choice. Immutable once published.
+// One direction's pinned choice: a legacy algorithm, an engine configuration,
+// or the "fastest" policy. Immutable once published.
 struct Choice {
   int legacy_algo = kNoChoice;  // legacy enum value, or kNoChoice
   std::string engine;           // engine configuration name ("eng62", "eng62_k2=1_k13=1"), or ""
+  bool fastest = false;         // the "fastest" policy: profile once per configuration
 
   bool is_engine() const { return !engine.empty(); }
   // As the flag would be assigned in Python: "1  # IMPLICIT_PRECOMP_GEMM" or "'eng62'".
   std::string python_literal(Direction direction) const;
 };
+
+// A flag value as the profiler names a candidate ("1" or an engine name).
+std::shared_ptr<const Choice> choice_from_flag_value(const std::string& value);
 
 // The pinned choice of `direction`, or nullptr.
 std::shared_ptr<const Choice> pinned_choice(Direction direction);
@@ -37,14 +42,52 @@ void set_pinned_legacy_algo(Direction direction, int algo);
 // ValueError and changes nothing.
 void set_pinned_engine(Direction direction, const std::string& name);
 
+// Pins a policy; "fastest" is the only one. Anything else raises ValueError.
+void set_pinned_policy(Direction direction, const std::string& policy);
+
 bool strict_mode();
 void set_strict_mode(bool strict);
 
-// The plan running `choice` on `key`'s problem (key.algo is ignored), or nullptr
-// when that choice cannot run it. Applies the contract on the way: the first run
-// of a configuration logs "requested <dir> algorithm <choice> is set"; a refusal
-// raises (strict, with the parameters and a Python repro) or warns once per
-// configuration, and the caller then runs the stock path.
-std::shared_ptr<const Plan> runnable_pinned_plan(const Choice& choice, ConvKey key);
+// conv_workspace_limit in bytes, -1 for none. Changing it forgets the policy's
+// decisions (they were made under the old limit).
+int64_t workspace_limit();
+void set_workspace_limit(int64_t bytes);
+
+// conv_profile: profile (and log the table of) each new configuration.
+bool profile_mode();
+void set_profile_mode(bool enabled);
+
+// While alive, this thread's convolutions take the stock path and are never
+// profiled: the profiler's own reference and stock timings run under it.
+class BypassGuard {
+ public:
+  explicit BypassGuard(bool bypass = true);
+  ~BypassGuard();
+  BypassGuard(const BypassGuard&) = delete;
+  BypassGuard& operator=(const BypassGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool bypassed();
+// Sets this thread's bypass (for the Python profiler); returns the previous value.
+bool exchange_bypass(bool bypass);
+
+// Whether the overrides must see `direction`'s calls: something is pinned for
+// it, or conv_profile is on.
+bool direction_active(Direction direction);
+
+// The plan to run for `key`'s problem in key.dir(), or nullptr for the stock
+// path. Applies the contract on the way: profiles a new configuration when
+// conv_profile or the "fastest" policy asks for it (never during CUDA graph
+// capture); the first run of a pinned plan logs "requested <dir> algorithm
+// <choice> is set"; a refusal (unsupported, a determinism/TF32 rule, over the
+// workspace limit) raises (strict, with the parameters and a Python repro) or
+// warns once per configuration, and the caller then runs the stock path.
+std::shared_ptr<const Plan> select_plan(ConvKey key);
+
+// The plan running `choice` on `key`'s problem with no rule applied (refused
+// plans included): what the profiler times. Must run with key.device current.
+std::shared_ptr<const Plan> plan_for_choice(const Choice& choice, ConvKey key);
 
 }  // namespace torch_cudnn_algo

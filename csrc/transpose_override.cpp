@@ -25,8 +25,7 @@ at::Tensor cudnn_convolution_transpose_override(
                                                    allow_tf32);
   };
   const c10::cuda::CUDAGuard device_guard(input.device());
-  const auto choice = pinned_choice(Direction::kBackwardData);
-  if (!choice || !is_cudnn_float_type(input.scalar_type())) {
+  if (!direction_active(Direction::kBackwardData) || !is_cudnn_float_type(input.scalar_type())) {
     return stock();
   }
   if (input.dim() == 3) {
@@ -53,7 +52,7 @@ at::Tensor cudnn_convolution_transpose_override(
     return stock();
   }
   // The transposed output is the cuDNN problem's x.
-  return run_pinned_call(*choice, key, key.input(), input, weight, stock);
+  return run_pinned_call(key, key.input(), input, weight, stock);
 }
 
 }  // namespace

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import NotAvailableYetError
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 cudnn = torch.backends.cudnn
@@ -57,13 +56,52 @@ def test_forward_flag_rejects_bad_values_and_keeps_previous(value, message):
     assert cudnn.conv_fwd_algo == 2
 
 
-@pytest.mark.parametrize("value", ["fastest", "FASTEST"])
-def test_fastest_policy_is_not_available_yet(value):
-    cudnn.conv_fwd_algo = 4
-    with pytest.raises(NotAvailableYetError, match="not available yet"):
-        cudnn.conv_fwd_algo = value
-    assert issubclass(NotAvailableYetError, ValueError)
-    assert cudnn.conv_fwd_algo == 4
+@pytest.mark.parametrize("flag", ["conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo"])
+@pytest.mark.parametrize("value", ["fastest", "FASTEST", " Fastest "])
+def test_fastest_policy_is_accepted_and_reaches_the_extension(flag, value):
+    setattr(cudnn, flag, value)
+    assert getattr(cudnn, flag) == "fastest"
+    key = {"conv_fwd_algo": "fwd", "conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
+    ops = torch.ops.torch_cudnn_algo
+    assert ops.get_policy(key) == "fastest"
+    assert ops.get_legacy_algo(key) == -1 and ops.get_engine(key) == ""
+    assert "aten::convolution_backward" in torch_cudnn_algo.active_overrides()
+    setattr(cudnn, flag, None)
+    assert ops.get_policy(key) == "" and torch_cudnn_algo.active_overrides() == []
+
+
+def test_unknown_policy_is_rejected_by_the_extension():
+    with pytest.raises(ValueError, match="the only policy is 'fastest'"):
+        torch.ops.torch_cudnn_algo.set_policy("fwd", "slowest")
+    assert torch.ops.torch_cudnn_algo.get_policy("fwd") == ""
+
+
+@pytest.mark.parametrize("value, canonical", [(None, None), (0, 0), (1 << 30, 1 << 30), (np.int64(4096), 4096)])
+def test_workspace_limit_accepts_bytes_or_none(value, canonical):
+    cudnn.conv_workspace_limit = value
+    assert cudnn.conv_workspace_limit == canonical
+    assert torch.ops.torch_cudnn_algo.get_workspace_limit() == (-1 if canonical is None else canonical)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "1GiB", True, [1]])
+def test_workspace_limit_rejects_bad_values_and_keeps_previous(value):
+    cudnn.conv_workspace_limit = 1024
+    with pytest.raises(ValueError, match=r"number of bytes \(an int >= 0\) or None"):
+        cudnn.conv_workspace_limit = value
+    assert cudnn.conv_workspace_limit == 1024
+    assert torch.ops.torch_cudnn_algo.get_workspace_limit() == 1024
+
+
+def test_conv_profile_registers_every_override_and_removes_them():
+    cudnn.conv_profile = True
+    assert torch.ops.torch_cudnn_algo.get_profile()
+    assert set(torch_cudnn_algo.active_overrides()) == {
+        "aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward"}
+    with pytest.raises(ValueError, match="must be True or False"):
+        cudnn.conv_profile = "yes"
+    assert cudnn.conv_profile is True
+    cudnn.conv_profile = False
+    assert torch_cudnn_algo.active_overrides() == []
 
 
 @pytest.mark.parametrize("flag", ["conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo"])

@@ -45,8 +45,8 @@ def test_override_follows_the_forward_flag(caplog):
     assert "RegisterCUDA" in cuda_kernel_line(BACKWARD)
     messages = [r.getMessage() for r in caplog.records]
     assert messages == [
-        "registered override of aten::cudnn_convolution (CUDA) for the pinned algorithm",
-        "registered override of aten::convolution_backward (CUDA) for the pinned algorithm",
+        "registered override of aten::cudnn_convolution (CUDA) for the pinned algorithm or conv_profile",
+        "registered override of aten::convolution_backward (CUDA) for the pinned algorithm or conv_profile",
         "removed override of aten::cudnn_convolution; ATen's kernel is back",
         "removed override of aten::convolution_backward; ATen's kernel is back",
     ]

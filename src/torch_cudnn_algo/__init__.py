@@ -12,11 +12,13 @@ restores stock PyTorch, with no override left registered.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
-from . import _extension, _flags
-from ._algorithms import DIRECTIONS, NotAvailableYetError
+from . import _extension, _flags, _profile
+from ._algorithms import DIRECTIONS
 from ._flags import flags
+from ._profile import Candidate, TensorSpec, list_algorithms, profile
 from ._queries import (
     EngineConfig,
     active_overrides,
@@ -26,14 +28,20 @@ from ._queries import (
     legacy_algorithm_names,
     legacy_workspace_sizes,
 )
+from ._table import TOLERANCES, ProfileRow, ProfileTable, choose_fastest, tolerance_for
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DIRECTIONS",
+    "TOLERANCES",
+    "Candidate",
     "EngineConfig",
-    "NotAvailableYetError",
+    "ProfileRow",
+    "ProfileTable",
+    "TensorSpec",
     "active_overrides",
+    "choose_fastest",
     "clear_cache",
     "cudnn_version",
     "engine_configs",
@@ -41,10 +49,28 @@ __all__ = [
     "is_available",
     "legacy_algorithm_names",
     "legacy_workspace_sizes",
+    "list_algorithms",
     "load_error",
+    "profile",
+    "tolerance_for",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+def _register_with_torch_logging() -> None:
+    """Makes ``TORCH_LOGS="+torch_cudnn_algo"`` (DEBUG) and ``TORCH_LOGS="torch_cudnn_algo"``
+    (INFO) name our logger. Best effort: torch's logging registry is private,
+    and an older torch without it must not break ``import torch``."""
+    try:
+        from torch._logging import _internal
+
+        if "torch_cudnn_algo" not in _internal.log_registry.log_alias_to_log_qnames:
+            _internal.register_log("torch_cudnn_algo", __name__)
+            if "torch_cudnn_algo" in os.environ.get("TORCH_LOGS", ""):
+                _internal._init_logs()  # TORCH_LOGS was parsed before we registered
+    except Exception:  # noqa: BLE001 - any failure leaves plain `logging` working
+        pass
 
 
 def is_available() -> bool:
@@ -69,7 +95,14 @@ def _initialize() -> None:
             stacklevel=3,
         )
         return
-    if not _extension.is_loaded():
+    _register_with_torch_logging()
+    if _extension.is_loaded():
+        try:
+            _profile.install_profiler()
+        except Exception as exc:  # conv_profile / "fastest" then run the stock path
+            warnings.warn(f"torch_cudnn_algo: could not install the profiler ({type(exc).__name__}: {exc})",
+                          stacklevel=3)
+    else:
         warnings.warn(
             f"torch_cudnn_algo: the C++ extension could not be loaded ({_extension.load_error()}); "
             "the torch.backends.cudnn.conv_* flags are inert. Rebuild the package against the "

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 __all__ = [
     "DIRECTIONS",
     "LegacyDirection",
-    "NotAvailableYetError",
+    "POLICIES",
     "canonical_engine_name",
     "parse_algo_value",
 ]
 
 
-class NotAvailableYetError(ValueError, NotImplementedError):
-    """A documented flag value whose implementation has not landed in this version."""
+# Flag values that choose per configuration instead of pinning one choice.
+POLICIES = ("fastest",)
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class LegacyDirection:
         usable = [self.describe(i) for i in range(len(self.names)) if i not in self.unimplemented]
         return (
             f"None, an int or a name among {', '.join(usable)} (names are case-insensitive and may "
-            f"carry the {self.enum_prefix} prefix), or a cuDNN engine configuration name such as "
-            "'eng62' or 'eng62_k2=1_k13=1'"
+            f"carry the {self.enum_prefix} prefix), a cuDNN engine configuration name such as "
+            "'eng62' or 'eng62_k2=1_k13=1', or the policy 'fastest'"
         )
 
 
@@ -121,10 +121,9 @@ def _check_index(direction: LegacyDirection, algo: int) -> int:
 def parse_algo_value(direction: LegacyDirection, value: object) -> int | str | None:
     """Canonical form of a value assigned to a direction's flag.
 
-    Returns ``None`` (stock PyTorch), the legacy enum value, or the canonical
-    engine configuration name. Raises ``ValueError`` naming the valid values for
-    anything else; the ``"fastest"`` policy raises :class:`NotAvailableYetError`
-    until its implementation lands.
+    Returns ``None`` (stock PyTorch), the legacy enum value, the canonical
+    engine configuration name, or ``"fastest"``. Raises ``ValueError`` naming
+    the valid values for anything else.
     """
     if value is None:
         return None
@@ -149,12 +148,8 @@ def parse_algo_value(direction: LegacyDirection, value: object) -> int | str | N
                 return canonical_engine_name(text)
             except ValueError as exc:
                 raise ValueError(f"torch.backends.cudnn.{direction.flag}: {exc}") from None
-        if text.lower() == "fastest":
-            raise NotAvailableYetError(
-                f"torch.backends.cudnn.{direction.flag} = 'fastest': the profiling policy is not "
-                "available yet in this version of torch_cudnn_algo; pin a legacy algorithm or an "
-                f"engine configuration: {direction.valid_values_text()}"
-            )
+        if text.lower() in POLICIES:
+            return text.lower()
         raise ValueError(
             f"torch.backends.cudnn.{direction.flag}: unknown algorithm {value!r}; valid values are "
             f"{direction.valid_values_text()}"

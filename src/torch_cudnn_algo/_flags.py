@@ -9,13 +9,14 @@ value in place. Reading returns the canonical form (an int for a legacy algorith
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import _extension
-from ._algorithms import BACKWARD_DATA, BACKWARD_FILTER, FORWARD, LegacyDirection, parse_algo_value
+from ._algorithms import BACKWARD_DATA, BACKWARD_FILTER, FORWARD, POLICIES, LegacyDirection, parse_algo_value
 
 __all__ = ["FLAGS", "flags", "get_flag", "install", "set_flag"]
 
@@ -63,7 +64,9 @@ def _algo_flag(direction: LegacyDirection) -> Flag:
     def apply(value: object) -> None:
         if _warn_if_inert(direction.flag, value, None):
             return
-        if isinstance(value, str):
+        if value in POLICIES:
+            _extension.ops().set_policy(direction.key, value)
+        elif isinstance(value, str):
             _extension.ops().set_engine(direction.key, value)
         else:
             _extension.ops().set_legacy_algo(direction.key, -1 if value is None else value)
@@ -76,7 +79,8 @@ def _algo_flag(direction: LegacyDirection) -> Flag:
         apply=apply,
         doc=(
             f"cuDNN {direction.key} algorithm or engine configuration every cuDNN convolution "
-            f"runs, or None for stock PyTorch. Accepts {direction.valid_values_text()}."
+            f"runs, 'fastest' (profile each configuration once and run its fastest candidate "
+            f"within tolerance), or None for stock PyTorch. Accepts {direction.valid_values_text()}."
         ),
     )
 
@@ -113,6 +117,44 @@ def _apply_strict(value: object) -> None:
         _extension.ops().set_strict(value)
 
 
+def _parse_workspace_limit(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        try:
+            limit = operator.index(value)  # int, numpy integers, ...
+        except TypeError:
+            limit = None
+        if limit is not None and limit >= 0:
+            return limit
+    raise ValueError(
+        f"torch.backends.cudnn.conv_workspace_limit must be a number of bytes (an int >= 0) or None, "
+        f"got {value!r}"
+    )
+
+
+def _parse_env_workspace_limit(text: str) -> int | None:
+    stripped = text.strip()
+    if stripped.lower() in ("", "none"):
+        return None
+    try:
+        return _parse_workspace_limit(int(stripped))
+    except ValueError:
+        raise ValueError(
+            f"TORCH_CUDNN_CONV_WORKSPACE_LIMIT={text!r}: expected a number of bytes or 'none'"
+        ) from None
+
+
+def _apply_workspace_limit(value: object) -> None:
+    if not _warn_if_inert("conv_workspace_limit", value, None):
+        _extension.ops().set_workspace_limit(-1 if value is None else value)
+
+
+def _apply_profile(value: object) -> None:
+    if not _warn_if_inert("conv_profile", value, False):
+        _extension.ops().set_profile(value)
+
+
 FLAGS: dict[str, Flag] = {
     flag.name: flag
     for flag in (
@@ -129,6 +171,30 @@ FLAGS: dict[str, Flag] = {
                 "When a pinned algorithm cannot run a convolution: False warns once per "
                 "configuration and runs PyTorch's own choice; True raises a RuntimeError with "
                 "the convolution's parameters and a Python repro."
+            ),
+        ),
+        Flag(
+            name="conv_workspace_limit",
+            default=None,
+            parse=_parse_workspace_limit,
+            parse_env=_parse_env_workspace_limit,
+            apply=_apply_workspace_limit,
+            doc=(
+                "Most workspace bytes a pinned choice or the 'fastest' policy may use, or None for "
+                "no limit. A pinned choice over it is refused like an unsupported one (warning, or "
+                "error under conv_algo_strict) and the stock path runs; 'fastest' skips candidates "
+                "over it."
+            ),
+        ),
+        Flag(
+            name="conv_profile",
+            default=False,
+            parse=_parse_bool("conv_profile"),
+            parse_env=_parse_env_bool("conv_profile"),
+            apply=_apply_profile,
+            doc=(
+                "Profile every candidate of each new cuDNN convolution configuration once and log "
+                "its table (logger 'torch_cudnn_algo', INFO) before the configuration runs."
             ),
         ),
     )
@@ -175,8 +241,9 @@ def _make_property(flag: Flag) -> property:
 
 
 def _apply_environment() -> None:
-    # Strict first, so a pinned algorithm from the environment starts under it.
-    for flag in sorted(FLAGS.values(), key=lambda f: f.name != "conv_algo_strict"):
+    # Strict and the limit first, so a pinned algorithm from the environment starts under them.
+    first = ("conv_algo_strict", "conv_workspace_limit")
+    for flag in sorted(FLAGS.values(), key=lambda f: f.name not in first):
         text = os.environ.get(flag.env_var)
         if text is None:
             continue
@@ -219,6 +286,8 @@ def flags(
     conv_bwd_data_algo: object = _UNSET,
     conv_bwd_filter_algo: object = _UNSET,
     conv_algo_strict: object = _UNSET,
+    conv_workspace_limit: object = _UNSET,
+    conv_profile: object = _UNSET,
 ) -> Iterator[None]:
     """Sets flags for the duration of a ``with`` block, like ``torch.backends.cudnn.flags``.
 
@@ -230,6 +299,8 @@ def flags(
         "conv_bwd_data_algo": conv_bwd_data_algo,
         "conv_bwd_filter_algo": conv_bwd_filter_algo,
         "conv_algo_strict": conv_algo_strict,
+        "conv_workspace_limit": conv_workspace_limit,
+        "conv_profile": conv_profile,
     }
     requested = {name: value for name, value in given.items() if value is not _UNSET}
     parsed = {name: FLAGS[name].parse(value) for name, value in requested.items()}

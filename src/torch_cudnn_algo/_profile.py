@@ -1,0 +1,504 @@
+"""Listing and profiling the candidates of one convolution.
+
+:func:`list_algorithms` asks cuDNN which legacy algorithms and engine
+configurations can run a convolution (nothing executed, nothing allocated for
+descriptions). :func:`profile` runs each one on random operands of that shape:
+warm-up, median of CUDA-event timings, max relative error against a float64
+reference, energy per call, and returns a :class:`ProfileTable`.
+
+The same profiler serves ``conv_profile`` and the ``"fastest"`` policy: the
+extension calls :func:`_profile_for_extension` the first time it meets a
+configuration.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import logging
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from . import _extension, _flags, _nvml
+from ._algorithms import DIRECTIONS
+from ._queries import IntOrSequence, _direction, _user_conv_args, engine_configs
+from ._table import ProfileRow, ProfileTable
+
+__all__ = ["Candidate", "TensorSpec", "list_algorithms", "profile"]
+
+logger = logging.getLogger("torch_cudnn_algo")
+
+_DTYPES = {"float16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
+           "float32": torch.float32, "float": torch.float32, "float64": torch.float64,
+           "double": torch.float64}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor described, not allocated: shape, dtype and memory format."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+    memory_format: torch.memory_format = torch.contiguous_format
+
+    @classmethod
+    def parse(cls, text: str) -> TensorSpec:
+        """``"64x256x56x56 float16 channels_last"`` (also ``"[64, 256, 56, 56]"``;
+        dtype defaults to float32, layout to contiguous)."""
+        shape_text = re.match(r"\s*\[?\s*(\d+(?:\s*[x,]\s*\d+)*)\s*\]?", text)
+        if shape_text is None:
+            raise ValueError(f"cannot read a tensor description from {text!r}; expected e.g. "
+                             "'64x256x56x56 float16 channels_last'")
+        shape = tuple(int(v) for v in re.split(r"\s*[x,]\s*", shape_text.group(1)))
+        dtype, memory_format = torch.float32, torch.contiguous_format
+        for word in text[shape_text.end():].replace(",", " ").split():
+            word = word.lower().removeprefix("torch.")
+            if word in _DTYPES:
+                dtype = _DTYPES[word]
+            elif word in ("channels_last", "nhwc", "ndhwc"):
+                memory_format = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+            elif word in ("contiguous", "contiguous_format", "nchw", "ncdhw"):
+                memory_format = torch.contiguous_format
+            else:
+                raise ValueError(f"{text!r}: unknown word {word!r}; expected a dtype "
+                                 f"({', '.join(_DTYPES)}) or a layout (channels_last, contiguous)")
+        return cls(shape, dtype, memory_format)
+
+
+TensorLike = torch.Tensor | TensorSpec | Sequence[int] | str
+
+
+def _as_tensor(value: TensorLike, dtype: torch.dtype | None, what: str) -> torch.Tensor:
+    """A CUDA tensor as given, or a meta tensor carrying a description's shape,
+    dtype and strides (CPU tensors become their meta twin)."""
+    if isinstance(value, torch.Tensor):
+        return value if value.is_cuda else torch.empty_like(value, device="meta")
+    if isinstance(value, str):
+        spec = TensorSpec.parse(value)
+    elif isinstance(value, TensorSpec):
+        spec = value
+    elif isinstance(value, Sequence) and all(isinstance(v, int) for v in value):
+        spec = TensorSpec(tuple(value), dtype or torch.float32)
+    else:
+        raise TypeError(f"{what} must be a tensor, a TensorSpec, a shape or a description string, "
+                        f"got {type(value).__name__}")
+    if len(spec.shape) not in (3, 4, 5):
+        raise ValueError(f"{what} must be 3-d, 4-d or 5-d (N, C, *spatial), got shape {spec.shape}")
+    fmt = spec.memory_format
+    if fmt == torch.channels_last and len(spec.shape) == 5:
+        fmt = torch.channels_last_3d
+    return torch.empty(spec.shape, dtype=spec.dtype, device="meta", memory_format=fmt)
+
+
+def _operands(input: TensorLike, weight: TensorLike) -> tuple[torch.Tensor, torch.Tensor]:
+    given_dtype = next((t.dtype for t in (input, weight) if isinstance(t, (torch.Tensor, TensorSpec))),
+                       None)
+    x = _as_tensor(input, given_dtype, "input")
+    w = _as_tensor(weight, given_dtype, "weight")
+    if x.is_cuda != w.is_cuda:  # one given as a CUDA tensor, the other described
+        x, w = (t if t.is_meta else torch.empty_like(t, device="meta") for t in (x, w))
+    return x, w
+
+
+# -- listing ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Candidate:
+    """One choice that could run a convolution, as cuDNN reports it before running."""
+
+    value: int | str  # assign this to the direction's flag
+    kind: str  # "legacy" or "engine"
+    label: str  # legacy algorithm name, or where cuDNN offered the engine configuration
+    status: str  # "ok", "unsupported: <why>" or "refused: <rule>" under the given settings
+    workspace: int | None  # bytes; None when unknown (unsupported)
+    deterministic: bool
+    notes: tuple[str, ...]  # math type / cuDNN numerical and behaviour notes
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _legacy_math_type(dtype: torch.dtype, allow_tf32: bool) -> str:
+    # As the legacy runner sets it on the descriptor.
+    if dtype in (torch.float16, torch.bfloat16):
+        return "TENSOR_OP_MATH"
+    if dtype == torch.float32 and not allow_tf32:
+        return "FMA_MATH"
+    return "DEFAULT_MATH"
+
+
+def _settings(allow_tf32: bool | None, deterministic: bool | None) -> tuple[bool, bool]:
+    if allow_tf32 is None:
+        allow_tf32 = torch.backends.cudnn.allow_tf32
+    if deterministic is None:
+        deterministic = torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled()
+    return bool(allow_tf32), bool(deterministic)
+
+
+def _engine_status(refusal: str | None, workspace: int | None) -> str:
+    if refusal is None:
+        return "ok" if workspace is not None else "unsupported: cuDNN cannot build it here"
+    return ("unsupported: " if refusal.startswith("cuDNN") else "refused: ") + refusal
+
+
+def list_algorithms(
+    direction: str,
+    input: TensorLike,
+    weight: TensorLike,
+    stride: IntOrSequence = 1,
+    padding: IntOrSequence = 0,
+    dilation: IntOrSequence = 1,
+    groups: int = 1,
+    transposed: bool = False,
+    output_padding: IntOrSequence = 0,
+    *,
+    allow_tf32: bool | None = None,
+    deterministic: bool | None = None,
+) -> list[Candidate]:
+    """Every candidate for a convolution in ``direction``, without executing anything:
+    cuDNN's legacy algorithms (support and workspace from cuDNN's workspace
+    query) then the engine configurations its heuristics and fallback list
+    offer (plans built for their workspace and notes).
+
+    ``input`` and ``weight`` are shaped as for ``torch.nn.functional.convNd``
+    (``conv_transposeNd`` with ``transposed=True``) and may be CUDA tensors, or
+    descriptions: a :class:`TensorSpec`, a shape, or a string such as
+    ``"64x256x56x56 float16 channels_last"`` (nothing is allocated for those).
+    ``direction`` is the cuDNN call ("fwd", "bwd_data", "bwd_filter"); for a
+    transposed convolution the forward pass is "bwd_data". ``allow_tf32`` and
+    ``deterministic`` default to the current ``torch.backends.cudnn`` settings
+    and decide which candidates the contract's rules refuse.
+    """
+    spec = _direction(direction)
+    allow_tf32, deterministic = _settings(allow_tf32, deterministic)
+    x, w = _operands(input, weight)
+    x4, w4, p = _user_conv_args(x, w, stride, padding, dilation, output_padding)
+    ops = _extension.ops()
+    candidates = []
+    for algo, name in enumerate(spec.names):
+        if algo in spec.unimplemented:
+            continue
+        workspace = ops.legacy_workspace_size(
+            spec.key, x4, w4, p["padding"], p["stride"], p["dilation"], groups, transposed,
+            p["output_padding"], allow_tf32, algo)
+        algo_deterministic = algo not in spec.nondeterministic
+        if workspace < 0:
+            status = "unsupported: cuDNN does not support it for this convolution"
+        elif deterministic and not algo_deterministic:
+            status = "refused: it is non-deterministic and deterministic algorithms are required"
+        else:
+            status = "ok"
+        candidates.append(Candidate(algo, "legacy", name, status, None if workspace < 0 else int(workspace),
+                                    algo_deterministic, (_legacy_math_type(x.dtype, allow_tf32),)))
+    for config in engine_configs(direction, x, w, stride=stride, padding=padding, dilation=dilation,
+                                 groups=groups, transposed=transposed, output_padding=output_padding,
+                                 allow_tf32=allow_tf32, deterministic=deterministic):
+        candidates.append(Candidate(
+            config.name, "engine", config.source, _engine_status(config.refusal, config.workspace),
+            config.workspace, "NONDETERMINISTIC" not in config.numerical_notes,
+            config.numerical_notes + config.behavior_notes))
+    return candidates
+
+
+# -- profiling -------------------------------------------------------------
+
+@contextlib.contextmanager
+def _bypass() -> Iterator[None]:
+    """This thread's convolutions take the stock path and are never profiled
+    (our own reference and stock timings must not come back to us)."""
+    ops = _extension.ops()
+    previous = ops.set_thread_bypass(True)
+    try:
+        yield
+    finally:
+        ops.set_thread_bypass(previous)
+
+
+@contextlib.contextmanager
+def _cudnn_settings(deterministic: bool, allow_tf32: bool) -> Iterator[None]:
+    """Stock's cuDNN backward reads the global settings: match the profiled ones."""
+    cudnn = torch.backends.cudnn
+    current = (bool(cudnn.deterministic), bool(cudnn.allow_tf32))
+    if current == (deterministic, allow_tf32):
+        yield
+        return
+    cudnn.deterministic, cudnn.allow_tf32 = deterministic, allow_tf32
+    try:
+        yield
+    finally:
+        cudnn.deterministic, cudnn.allow_tf32 = current
+
+
+def _median_gpu_ms(run: Callable[[], object], reps: int) -> float:
+    """Median of per-call CUDA-event times. A spin kernel queued first gives
+    the host a head start, so each timed call finds its launch already queued
+    and host overhead does not leak into GPU time."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda._sleep(100_000 * reps)  # ~50 us per call at 2 GHz
+    for start, end in zip(starts, ends):
+        start.record()
+        run()
+        end.record()
+    ends[-1].synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in zip(starts, ends))
+
+
+def _max_rel_error(out: torch.Tensor, reference: torch.Tensor) -> float:
+    """max |out - ref| / max |ref|: NaN or an unwritten (NaN-poisoned) output gives inf."""
+    scale = reference.abs().max().item()
+    error = (out.double() - reference).abs().max().item()
+    if error != error:  # NaN
+        return float("inf")
+    return error / scale if scale > 0 else error
+
+
+@dataclass
+class _Problem:
+    """A cuDNN problem x (*) w = y as the extension describes it (python_request)."""
+
+    direction: str
+    input: tuple[int, ...]
+    weight: tuple[int, ...]
+    output: tuple[int, ...]
+    padding: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    dtype: str
+    channels_last: bool
+    device: int
+    deterministic: bool
+    allow_tf32: bool
+    transposed: bool
+
+    @property
+    def memory_format(self) -> torch.memory_format:
+        if not self.channels_last:
+            return torch.contiguous_format
+        return torch.channels_last if len(self.input) == 4 else torch.channels_last_3d
+
+
+class _Runner:
+    """The operands of one problem and the calls that time candidates on them."""
+
+    def __init__(self, problem: _Problem, seed: int) -> None:
+        self.problem = problem
+        device = torch.device("cuda", problem.device)
+        dtype = getattr(torch, problem.dtype)
+        generator = torch.Generator(device=device).manual_seed(seed)
+
+        def randn(shape: tuple[int, ...]) -> torch.Tensor:
+            t = torch.randn(shape, dtype=dtype, device=device, generator=generator)
+            return t.contiguous(memory_format=problem.memory_format)
+
+        self.x, self.w, self.dy = randn(problem.input), randn(problem.weight), randn(problem.output)
+        self.reference = self._stock(self.x.double(), self.w.double(), self.dy.double()).double()
+        a_b_out = {"fwd": (self.x, self.w, problem.output), "bwd_data": (self.dy, self.w, problem.input),
+                   "bwd_filter": (self.x, self.dy, problem.weight)}
+        self.a, self.b, out_shape = a_b_out[problem.direction]
+        self.out = torch.empty(out_shape, dtype=dtype, device=device).contiguous(
+            memory_format=problem.memory_format)
+
+    def _stock(self, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+        """Stock PyTorch's result of the problem's direction on (x, w, dy)."""
+        p = self.problem
+        zeros = [0] * len(p.padding)
+        if p.direction == "fwd":
+            return torch.ops.aten.convolution(x, w, None, p.stride, p.padding, p.dilation, False, zeros,
+                                              p.groups)
+        mask = [p.direction == "bwd_data", p.direction == "bwd_filter", False]
+        grads = torch.ops.aten.convolution_backward(dy, x, w, None, p.stride, p.padding, p.dilation,
+                                                    False, zeros, p.groups, mask)
+        return grads[0] if p.direction == "bwd_data" else grads[1]
+
+    def candidate(self, value: int | str, execute: bool) -> tuple[str, int]:
+        p = self.problem
+        status, workspace = _extension.ops().run_candidate(
+            p.direction, str(value), self.a, self.b, self.out, p.padding, p.stride, p.dilation,
+            p.groups, p.deterministic, p.allow_tf32, execute)
+        return status, workspace
+
+    def stock_call(self) -> torch.Tensor:
+        return self._stock(self.x, self.w, self.dy)
+
+
+def _measure(
+    row: ProfileRow,
+    run: Callable[[], object],
+    output: Callable[[], torch.Tensor],
+    runner: _Runner,
+    warmup: int,
+    reps: int,
+    energy: bool,
+) -> ProfileRow:
+    """Times one runnable candidate; an allocation failure or a cuDNN error
+    marks the row instead of escaping."""
+    try:
+        runner.out.fill_(float("nan"))  # an output the candidate fails to write shows as inf error
+        for _ in range(max(1, warmup)):
+            run()
+        torch.cuda.synchronize()
+        error = _max_rel_error(output(), runner.reference)
+        time_ms = _median_gpu_ms(run, reps)
+        joules = _nvml.energy_per_call(run, runner.problem.device, time_ms) if energy else None
+    except torch.OutOfMemoryError:
+        return _replace(row, status="out of memory")
+    except RuntimeError as exc:
+        return _replace(row, status="failed: " + str(exc).strip().splitlines()[0])
+    return _replace(row, time_ms=time_ms, max_rel_error=error, energy_j=joules)
+
+
+def _replace(row: ProfileRow, **changes) -> ProfileRow:
+    return dataclasses.replace(row, **changes)
+
+
+def _profile_problem(
+    problem: _Problem,
+    description: str,
+    *,
+    warmup: int,
+    reps: int,
+    energy: bool,
+    include_stock: bool,
+    workspace_limit: int | None,
+    seed: int,
+) -> ProfileTable:
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    started = time.perf_counter()
+    device = torch.device("cuda", problem.device)
+    spec = DIRECTIONS[problem.direction]
+    with torch.cuda.device(device), _bypass(), _cudnn_settings(problem.deterministic, problem.allow_tf32):
+        runner = _Runner(problem, seed)
+        listed: list[ProfileRow] = []
+        for algo, name in enumerate(spec.names):
+            if algo not in spec.unimplemented:
+                listed.append(ProfileRow(algo, name, "ok", deterministic=algo not in spec.nondeterministic,
+                                         notes=(_legacy_math_type(runner.x.dtype, problem.allow_tf32),)))
+        configs = engine_configs(problem.direction, runner.x, runner.w, stride=problem.stride,
+                                 padding=problem.padding, dilation=problem.dilation, groups=problem.groups,
+                                 allow_tf32=problem.allow_tf32, deterministic=problem.deterministic)
+        for config in configs:
+            listed.append(ProfileRow(config.name, config.source, "ok",
+                                     deterministic="NONDETERMINISTIC" not in config.numerical_notes,
+                                     notes=config.numerical_notes + config.behavior_notes))
+        rows = []
+        for row in listed:
+            status, workspace = runner.candidate(row.value, execute=False)
+            row = _replace(row, status=status, workspace=None if workspace < 0 else workspace)
+            if not row.ok:
+                rows.append(row)
+            elif workspace_limit is not None and workspace > workspace_limit:
+                rows.append(_replace(row, status="over workspace limit"))
+            else:
+                value = row.value
+                rows.append(_measure(row, lambda v=value: runner.candidate(v, execute=True),
+                                     lambda: runner.out, runner, warmup, reps, energy))
+        stock_output: list[torch.Tensor] = []
+        if include_stock:
+
+            def stock_run() -> None:
+                stock_output[:] = [runner.stock_call()]
+
+            rows.append(_measure(ProfileRow(None, "stock", "ok"), stock_run, lambda: stock_output[0],
+                                 runner, warmup, reps, energy))
+        del runner, stock_output  # everything profiling allocated goes back to the allocator
+        torch.cuda.synchronize(device)
+    environment = {
+        "gpu": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "cudnn": _extension.ops().cudnn_runtime_version(),
+        "warmup": warmup,
+        "reps": reps,
+        "energy": energy,
+        "workspace_limit": workspace_limit,
+        "profile_seconds": round(time.perf_counter() - started, 3),
+        "error": "max |out - ref| / max |ref|, ref = stock PyTorch in float64",
+    }
+    return ProfileTable(problem.direction, description, problem.dtype, rows, environment)
+
+
+def profile(
+    direction: str,
+    input: TensorLike,
+    weight: TensorLike,
+    stride: IntOrSequence = 1,
+    padding: IntOrSequence = 0,
+    dilation: IntOrSequence = 1,
+    groups: int = 1,
+    transposed: bool = False,
+    output_padding: IntOrSequence = 0,
+    *,
+    allow_tf32: bool | None = None,
+    deterministic: bool | None = None,
+    warmup: int = 3,
+    reps: int = 20,
+    energy: bool = True,
+    include_stock: bool = True,
+    workspace_limit: int | None | str = "flag",
+    seed: int = 0,
+) -> ProfileTable:
+    """Runs every candidate of :func:`list_algorithms` (same arguments) on random
+    operands of the convolution's shape and returns their :class:`ProfileTable`.
+
+    Per candidate: ``warmup`` runs, then the median GPU time of ``reps``
+    CUDA-event-timed runs; the workspace cuDNN asked for (allocated exactly);
+    determinism; math type and cuDNN notes; the max relative error against
+    stock PyTorch computed once in float64 on the same operands; with
+    ``energy``, joules per call from NVML's energy counter (about 0.3 s more
+    per candidate; None where NVML offers no counter). Candidates that cannot
+    run carry their status: unsupported, refused (determinism/TF32 rules), out
+    of memory, over ``workspace_limit`` (default: the ``conv_workspace_limit``
+    flag), failed. ``include_stock`` adds stock PyTorch's own choice, timed the
+    same way. GPU memory allocated by the profile is freed before it returns.
+    Must not be called during CUDA graph capture.
+    """
+    spec = _direction(direction)
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("torch_cudnn_algo.profile cannot run during CUDA graph capture")
+    if workspace_limit == "flag":
+        workspace_limit = _flags.get_flag("conv_workspace_limit")
+    elif workspace_limit is not None:
+        workspace_limit = _flags.FLAGS["conv_workspace_limit"].parse(workspace_limit)
+    allow_tf32, deterministic = _settings(allow_tf32, deterministic)
+    x, w = _operands(input, weight)
+    x4, w4, p = _user_conv_args(x, w, stride, padding, dilation, output_padding)
+    request, description = _extension.ops().conv_request(
+        spec.key, x4, w4, p["padding"], p["stride"], p["dilation"], groups, transposed,
+        p["output_padding"], deterministic, allow_tf32)
+    return _profile_problem(_Problem(**ast.literal_eval(request)), description, warmup=warmup,
+                            reps=reps, energy=energy, include_stock=include_stock,
+                            workspace_limit=workspace_limit, seed=seed)
+
+
+def _profile_for_extension(request: str, description: str) -> str:
+    """Called by the extension (conv_profile, the "fastest" policy) the first
+    time it meets a configuration: profiles it (no energy: that would add ~0.3 s
+    per candidate to a training run), logs the table (INFO under conv_profile,
+    DEBUG otherwise) and returns the policy's pick as a flag value, "" for none."""
+    problem = _Problem(**ast.literal_eval(request))
+    limit = _flags.get_flag("conv_workspace_limit")
+    table = _profile_problem(problem, description, warmup=3, reps=10, energy=False, include_stock=True,
+                             workspace_limit=limit, seed=0)
+    pick = table.fastest(deterministic=problem.deterministic, allow_tf32=problem.allow_tf32,
+                         workspace_limit=limit)
+    level = logging.INFO if _flags.get_flag("conv_profile") else logging.DEBUG
+    logger.log(level, "%s\n-> fastest: %s (profiled in %.2f s)", table,
+               "none qualifies, stock runs" if pick is None else pick.value,
+               table.environment["profile_seconds"])
+    return "" if pick is None else str(pick.value)
+
+
+def install_profiler() -> None:
+    """Hands :func:`_profile_for_extension` to the extension."""
+    import importlib
+
+    importlib.import_module("torch_cudnn_algo._C")._set_profiler(_profile_for_extension)
