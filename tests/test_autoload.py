@@ -142,3 +142,36 @@ def test_broken_package_never_fails_import_torch():
     state = run_probe(prelude=BLOCK_MODULES.format(names=("torch_cudnn_algo._flags",)))
     assert not state["has_flags"]
     assert len(state["warnings"]) == 1 and "autoload failed" in state["warnings"][0]
+
+
+def test_policy_limit_and_profile_from_the_environment():
+    state = run_probe(
+        env={"TORCH_CUDNN_CONV_FWD_ALGO": "Fastest", "TORCH_CUDNN_CONV_WORKSPACE_LIMIT": "1048576",
+             "TORCH_CUDNN_CONV_PROFILE": "on"},
+        extra='state["limit"] = cudnn.conv_workspace_limit; state["profile"] = cudnn.conv_profile; '
+              'state["policy"] = torch.ops.torch_cudnn_algo.get_policy("fwd")',
+    )
+    assert state["fwd"] == "fastest" and state["policy"] == "fastest"
+    assert state["limit"] == 1048576 and state["profile"] is True
+    assert "aten::cudnn_convolution_transpose" in state["overrides"]  # conv_profile watches every direction
+    assert state["warnings"] == []
+
+
+def test_bad_workspace_limit_in_the_environment_is_one_warning():
+    state = run_probe(env={"TORCH_CUDNN_CONV_WORKSPACE_LIMIT": "lots"},
+                      extra='state["limit"] = cudnn.conv_workspace_limit')
+    assert state["limit"] is None
+    assert any("TORCH_CUDNN_CONV_WORKSPACE_LIMIT='lots'" in w for w in state["warnings"]), state["warnings"]
+
+
+@pytest.mark.parametrize("setting, shown", [("+torch_cudnn_algo", True), ("torch_cudnn_algo", True), (None, False)])
+def test_torch_logs_shows_our_lines(setting, shown, monkeypatch):
+    monkeypatch.delenv("TORCH_LOGS", raising=False)  # (torch itself fails on TORCH_LOGS="")
+    state = run_probe(
+        env={} if setting is None else {"TORCH_LOGS": setting},
+        extra='cudnn.conv_fwd_algo = 1; cudnn.conv_fwd_algo = None; '
+              'from torch._logging import _internal; '
+              'state["registered"] = "torch_cudnn_algo" in _internal.log_registry.log_alias_to_log_qnames',
+    )
+    assert state["registered"]
+    assert ("registered override of aten::cudnn_convolution" in state["stderr"]) == shown, state["stderr"]

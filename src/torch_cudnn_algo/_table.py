@@ -96,9 +96,11 @@ def _sort_key(indexed: tuple[int, ProfileRow]) -> tuple[int, float, int]:
 def _format_bytes(value: int | None) -> str:
     if value is None:
         return "-"
-    if value < 1024 * 1024:
+    if value < 1 << 20:
         return f"{value / 1024:.1f} KiB" if value else "0"
-    return f"{value / (1024 * 1024):.1f} MiB"
+    if value < 1 << 30:
+        return f"{value / (1 << 20):.1f} MiB"
+    return f"{value / (1 << 30):.2f} GiB"
 
 
 def _format_float(value: float | None, spec: str) -> str:
@@ -167,7 +169,7 @@ class ProfileTable:
         """The seed's table: one row per candidate, fastest first; the first
         column is exactly what to assign to the direction's flag."""
         headers = ("flag value", "source", "time ms", "vs stock", "workspace", "determ.",
-                   "max rel err", "energy J", "status", "notes")
+                   "max rel err", "energy J", "notes", "status")
         stock = self.stock
         stock_ms = stock.time_ms if stock is not None and stock.ok else None
         lines = []
@@ -182,8 +184,8 @@ class ProfileTable:
                 _format_bool(row.deterministic),
                 _format_float(row.max_rel_error, ".1e"),
                 _format_float(row.energy_j, ".3g"),
-                row.status,
                 ",".join(row.notes),
+                row.status,  # last: an unsupported row's reason is long
             ))
         widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
                   for i, h in enumerate(headers)]
