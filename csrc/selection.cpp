@@ -216,6 +216,9 @@ std::shared_ptr<const Choice> choice_from_flag_value(const std::string& value) {
     return std::isdigit(static_cast<unsigned char>(c));
   });
   if (numeric) {
+    // Legacy enums are single digits; a longer number is no algorithm (and could overflow).
+    TORCH_CHECK_VALUE(value.size() <= 2, "torch_cudnn_algo: ", value,
+                      " is not a legacy algorithm number");
     choice->legacy_algo = std::stoi(value);
   } else {
     choice->engine = parse_engine_name(value).canonical;

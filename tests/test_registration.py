@@ -113,3 +113,18 @@ def test_valid_arguments_reach_the_device_guard():
     cudnn.conv_fwd_algo = 0
     with pytest.raises(RuntimeError, match="CUDA"):
         call_cuda_kernel(torch.randn(2, 8, 9, 9), torch.randn(16, 8, 3, 3), [1, 1], [1, 1], [1, 1])
+
+
+@pytest.mark.parametrize(
+    "choice, error, message",
+    [
+        ("123", ValueError, "123 is not a legacy algorithm number"),
+        ("9", ValueError, "9 is not a fwd legacy algorithm cuDNN implements"),
+        ("engX", ValueError, "not an engine configuration name"),
+        ("1", RuntimeError, "run_candidate needs CUDA tensors"),
+    ],
+)
+def test_run_candidate_validates_before_touching_cudnn(choice, error, message):
+    x, w, y = torch.empty(1, 2, 5, 5), torch.empty(3, 2, 3, 3), torch.empty(1, 3, 3, 3)
+    with pytest.raises(error, match=message):
+        torch.ops.torch_cudnn_algo.run_candidate("fwd", choice, x, w, y, [0, 0], [1, 1], [1, 1], 1, False, True, True)
