@@ -7,7 +7,6 @@ logs the table before the seed's line."""
 from __future__ import annotations
 
 import logging
-import warnings
 
 import pytest
 import torch
