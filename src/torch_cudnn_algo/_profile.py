@@ -27,7 +27,7 @@ import torch
 
 from . import _extension, _flags, _nvml
 from ._algorithms import DIRECTIONS
-from ._queries import IntOrSequence, _direction, _user_conv_args, engine_configs
+from ._queries import IntOrSequence, _direction, _settings, _user_conv_args, engine_configs
 from ._table import ProfileRow, ProfileTable
 
 __all__ = ["Candidate", "TensorSpec", "list_algorithms", "profile"]
@@ -132,14 +132,6 @@ def _legacy_math_type(dtype: torch.dtype, allow_tf32: bool) -> str:
     if dtype == torch.float32 and not allow_tf32:
         return "FMA_MATH"
     return "DEFAULT_MATH"
-
-
-def _settings(allow_tf32: bool | None, deterministic: bool | None) -> tuple[bool, bool]:
-    if allow_tf32 is None:
-        allow_tf32 = torch.backends.cudnn.allow_tf32
-    if deterministic is None:
-        deterministic = torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled()
-    return bool(allow_tf32), bool(deterministic)
 
 
 def _engine_status(refusal: str | None, workspace: int | None) -> str:
@@ -350,14 +342,10 @@ def _measure(
         time_ms = _median_gpu_ms(run, reps)
         joules = _nvml.energy_per_call(run, runner.problem.device, time_ms) if energy else None
     except torch.OutOfMemoryError:
-        return _replace(row, status="out of memory")
+        return dataclasses.replace(row, status="out of memory")
     except RuntimeError as exc:
-        return _replace(row, status="failed: " + str(exc).strip().splitlines()[0])
-    return _replace(row, time_ms=time_ms, max_rel_error=error, energy_j=joules)
-
-
-def _replace(row: ProfileRow, **changes) -> ProfileRow:
-    return dataclasses.replace(row, **changes)
+        return dataclasses.replace(row, status="failed: " + str(exc).strip().splitlines()[0])
+    return dataclasses.replace(row, time_ms=time_ms, max_rel_error=error, energy_j=joules)
 
 
 def _profile_problem(
@@ -393,11 +381,11 @@ def _profile_problem(
         rows = []
         for row in listed:
             status, workspace = runner.candidate(row.value, execute=False)
-            row = _replace(row, status=status, workspace=None if workspace < 0 else workspace)
+            row = dataclasses.replace(row, status=status, workspace=None if workspace < 0 else workspace)
             if not row.ok:
                 rows.append(row)
             elif workspace_limit is not None and workspace > workspace_limit:
-                rows.append(_replace(row, status="over workspace limit"))
+                rows.append(dataclasses.replace(row, status="over workspace limit"))
             else:
                 value = row.value
                 rows.append(_measure(row, lambda v=value: runner.candidate(v, execute=True),

@@ -60,6 +60,16 @@ def _expand(name: str, value: IntOrSequence, spatial_dims: int) -> list[int]:
     return values
 
 
+def _settings(allow_tf32: bool | None, deterministic: bool | None) -> tuple[bool, bool]:
+    """The given settings, None meaning the current torch.backends.cudnn ones
+    (determinism also from torch.use_deterministic_algorithms)."""
+    if allow_tf32 is None:
+        allow_tf32 = torch.backends.cudnn.allow_tf32
+    if deterministic is None:
+        deterministic = torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled()
+    return bool(allow_tf32), bool(deterministic)
+
+
 def _user_conv_args(input, weight, stride, padding, dilation, output_padding):
     """(input, weight, {param: list}) with 1-d convolutions lifted to 2-d [N, C, 1, L]."""
     params = {"stride": stride, "padding": padding, "dilation": dilation, "output_padding": output_padding}
@@ -109,10 +119,7 @@ def engine_configs(
     """
     spec = _direction(direction)
     input, weight, p = _user_conv_args(input, weight, stride, padding, dilation, output_padding)
-    if allow_tf32 is None:
-        allow_tf32 = torch.backends.cudnn.allow_tf32
-    if deterministic is None:
-        deterministic = torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled()
+    allow_tf32, deterministic = _settings(allow_tf32, deterministic)
     columns = _extension.ops().engine_configs(
         spec.key, input, weight, p["padding"], p["stride"], p["dilation"], groups, transposed,
         p["output_padding"], deterministic, allow_tf32,
@@ -149,8 +156,7 @@ def legacy_workspace_sizes(
     """
     spec = _direction(direction)
     input, weight, p = _user_conv_args(input, weight, stride, padding, dilation, output_padding)
-    if allow_tf32 is None:
-        allow_tf32 = torch.backends.cudnn.allow_tf32
+    allow_tf32, _ = _settings(allow_tf32, deterministic=False)
     ops = _extension.ops()
     sizes: dict[int, int | None] = {}
     for algo in range(len(spec.names)):
