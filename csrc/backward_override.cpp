@@ -1,7 +1,7 @@
 // The CUDA kernel of aten::convolution_backward while any choice is pinned (or
 // conv_profile is on).
 // When stock would run cuDNN (ordinary or transposed), the pinned gradients are
-// computed with the legacy API, per cuDNN's mapping:
+// computed with the pinned plan (legacy algorithm or engine), per cuDNN's mapping:
 //
 //                      grad_input                 grad_weight
 //   ordinary conv      backward-data  (bwd_data)  backward-filter (bwd_filter)
@@ -21,42 +21,64 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <optional>
+
 namespace torch_cudnn_algo {
 namespace {
 
-// What ATen's implementation divides by or indexes with, checked first: a wrong
-// length there crashes the process instead of raising.
-void check_backward_arguments(const at::Tensor& grad_output, const at::Tensor& input,
-                              const at::Tensor& weight, at::IntArrayRef stride,
-                              at::IntArrayRef padding, at::IntArrayRef dilation,
-                              at::IntArrayRef output_padding, int64_t groups) {
+// A parameter list as ATen's convolution_backward reads it (expand_param_if_needed):
+// one value stands for every spatial dimension. nullopt for any other length,
+// which ATen itself rejects with its own message.
+std::optional<c10::DimVector> expand_param(at::IntArrayRef values, size_t spatial) {
+  if (values.size() == spatial) return c10::DimVector(values.begin(), values.end());
+  if (values.size() == 1) return c10::DimVector(spatial, values[0]);
+  return std::nullopt;
+}
+
+// The call's parameters, expanded; present only when the call is one our path
+// can take. Anything else (unusual ranks, mixed dtypes or devices, invalid values)
+// goes to ATen's kernel, which accepts or rejects it with its own checks: we add
+// no errors of our own to a backward pass.
+struct BackwardParams {
+  c10::DimVector stride, padding, dilation, output_padding;
+};
+
+std::optional<BackwardParams> pinnable_params(const at::Tensor& grad_output,
+                                              const at::Tensor& input, const at::Tensor& weight,
+                                              at::IntArrayRef stride, at::IntArrayRef padding,
+                                              at::IntArrayRef dilation,
+                                              at::IntArrayRef output_padding, int64_t groups) {
   const int64_t dim = input.dim();
-  TORCH_CHECK(dim >= 3 && dim <= 5, "torch_cudnn_algo: convolution_backward expects a 3-d, 4-d "
-              "or 5-d input, got shape ", input.sizes());
-  TORCH_CHECK(weight.dim() == dim && grad_output.dim() == dim,
-              "torch_cudnn_algo: input, weight and grad_output must have the same number of "
-              "dimensions, got ", input.sizes(), ", ", weight.sizes(), ", ", grad_output.sizes());
-  const auto spatial = static_cast<size_t>(dim - 2);
-  TORCH_CHECK(stride.size() == spatial && padding.size() == spatial &&
-                  dilation.size() == spatial && output_padding.size() == spatial,
-              "torch_cudnn_algo: stride, padding, dilation and output_padding must each have ",
-              spatial, " values for a ", dim, "-d input; got stride ", stride, ", padding ",
-              padding, ", dilation ", dilation, ", output_padding ", output_padding);
-  for (size_t i = 0; i < spatial; ++i) {
-    TORCH_CHECK(stride[i] >= 1 && dilation[i] >= 1, "torch_cudnn_algo: stride and dilation must "
-                "be >= 1, got stride ", stride, ", dilation ", dilation);
+  if (dim < 3 || dim > 5 || weight.dim() != dim || grad_output.dim() != dim || groups < 1) {
+    return std::nullopt;
   }
-  TORCH_CHECK(groups >= 1, "torch_cudnn_algo: groups must be >= 1, got ", groups);
+  const auto dtype = input.scalar_type();
+  if (!is_cudnn_float_type(dtype) || weight.scalar_type() != dtype ||
+      grad_output.scalar_type() != dtype || !input.is_cuda() ||
+      weight.device() != input.device() || grad_output.device() != input.device()) {
+    return std::nullopt;
+  }
+  // Empty tensors: ATen's cuDNN backward returns without calling cuDNN.
+  if (input.numel() == 0 || grad_output.numel() == 0 || weight.numel() == 0) {
+    return std::nullopt;
+  }
+  const auto spatial = static_cast<size_t>(dim - 2);
+  auto s = expand_param(stride, spatial), p = expand_param(padding, spatial),
+       d = expand_param(dilation, spatial), op = expand_param(output_padding, spatial);
+  if (!s || !p || !d || !op) return std::nullopt;
+  for (size_t i = 0; i < spatial; ++i) {
+    if ((*s)[i] < 1 || (*d)[i] < 1 || (*p)[i] < 0 || (*op)[i] < 0) return std::nullopt;
+  }
+  return BackwardParams{std::move(*s), std::move(*p), std::move(*d), std::move(*op)};
 }
 
 bool stock_runs_cudnn(const at::Tensor& input, const at::Tensor& weight,
-                      at::OptionalIntArrayRef bias_sizes, at::IntArrayRef stride,
-                      at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
-                      at::IntArrayRef output_padding, int64_t groups) {
+                      at::OptionalIntArrayRef bias_sizes, const BackwardParams& params,
+                      bool transposed, int64_t groups) {
   const auto backend = at::native::select_conv_backend(
-      input, weight, std::nullopt, c10::fromIntArrayRefSlow(stride),
-      c10::fromIntArrayRefSlow(padding), c10::fromIntArrayRefSlow(dilation), transposed,
-      c10::fromIntArrayRefSlow(output_padding), groups,
+      input, weight, std::nullopt, c10::fromIntArrayRefSlow(params.stride),
+      c10::fromIntArrayRefSlow(params.padding), c10::fromIntArrayRefSlow(params.dilation),
+      transposed, c10::fromIntArrayRefSlow(params.output_padding), groups,
       bias_sizes ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes))
                  : at::OptionalSymIntArrayRef(std::nullopt));
   return backend == at::native::ConvBackend::Cudnn ||
@@ -75,8 +97,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
     at::OptionalIntArrayRef bias_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
     at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> output_mask) {
-  check_backward_arguments(grad_output, input, weight, stride, padding, dilation, output_padding,
-                           groups);
   const auto stock = [&](std::array<bool, 3> mask) {
     return at::native::convolution_backward(grad_output, input, weight, bias_sizes, stride,
                                             padding, dilation, transposed, output_padding, groups,
@@ -85,11 +105,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   const Direction data_direction = transposed ? Direction::kForward : Direction::kBackwardData;
   const bool pin_data = output_mask[0] && direction_active(data_direction);
   const bool pin_filter = output_mask[1] && direction_active(Direction::kBackwardFilter);
-  // Empty tensors: ATen's cuDNN backward returns without calling cuDNN.
-  if (!(pin_data || pin_filter) || !is_cudnn_float_type(input.scalar_type()) ||
-      input.numel() == 0 || grad_output.numel() == 0 || weight.numel() == 0 ||
-      !stock_runs_cudnn(input, weight, bias_sizes, stride, padding, dilation, transposed,
-                        output_padding, groups)) {
+  if (!(pin_data || pin_filter)) {
+    return stock(output_mask);
+  }
+  const auto params = pinnable_params(grad_output, input, weight, stride, padding, dilation,
+                                      output_padding, groups);
+  if (!params || !stock_runs_cudnn(input, weight, bias_sizes, *params, transposed, groups)) {
     return stock(output_mask);
   }
   const c10::cuda::CUDAGuard device_guard(input.device());
@@ -102,11 +123,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   const at::Tensor in = is_1d ? input.contiguous().unsqueeze(2) : input;
   const at::Tensor go = is_1d ? grad_output.unsqueeze(2) : grad_output;
   const at::Tensor w = is_1d ? weight.unsqueeze(2) : weight;
-  const auto pad = is_1d ? as_2d(0, padding) : c10::DimVector(padding.begin(), padding.end());
-  const auto str = is_1d ? as_2d(1, stride) : c10::DimVector(stride.begin(), stride.end());
-  const auto dil = is_1d ? as_2d(1, dilation) : c10::DimVector(dilation.begin(), dilation.end());
-  const auto out_pad = is_1d ? as_2d(0, output_padding)
-                             : c10::DimVector(output_padding.begin(), output_padding.end());
+  const auto pad = is_1d ? as_2d(0, params->padding) : params->padding;
+  const auto str = is_1d ? as_2d(1, params->stride) : params->stride;
+  const auto dil = is_1d ? as_2d(1, params->dilation) : params->dilation;
+  const auto out_pad = is_1d ? as_2d(0, params->output_padding) : params->output_padding;
 
   // The layouts stock gives the gradients: its cuDNN backward moves input to the
   // backend layout when the weight gradient needs it, then grad_output to input's.
@@ -128,19 +148,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
                          allow_tf32, format);
   };
 
+  // x, w and y must be one consistent problem: a grad_output of another shape (a
+  // direct call's mistake), or a transposed geometry no cuDNN call maps back onto
+  // (output_padding >= stride), is ATen's to judge. Our descriptors would
+  // otherwise describe memory the tensors do not have.
+  const auto y_sizes = conv_output_sizes(x.sizes(), w.sizes(), pad, str, dil);
+  if (at::IntArrayRef(y_sizes.data(), dim) != y.sizes() || x.size(1) != w.size(1) * groups ||
+      w.size(0) % groups != 0) {
+    return stock(output_mask);
+  }
+
   at::Tensor grad_input, grad_weight, grad_bias;
   if (pin_data) {
-    if (const auto plan = select_plan(key_for(data_direction, data_format))) {
+    if (const auto selected = select_plan(key_for(data_direction, data_format))) {
       // Forward (transposed) takes (x = grad_output, w); backward-data (dy, w): same operands.
       grad_input = at::empty(in.sizes(), in.options().memory_format(data_format));
-      plan->run(as_canonical(go, data_format), as_canonical(w, data_format), grad_input);
+      selected.run(as_canonical(go, data_format), as_canonical(w, data_format), grad_input);
       if (is_1d) grad_input = grad_input.squeeze(2);
     }
   }
   if (pin_filter) {
-    if (const auto plan = select_plan(key_for(Direction::kBackwardFilter, filter_format))) {
+    if (const auto selected = select_plan(key_for(Direction::kBackwardFilter, filter_format))) {
       grad_weight = at::empty(w.sizes(), w.options().memory_format(filter_format));
-      plan->run(as_canonical(x, filter_format), as_canonical(y, filter_format), grad_weight);
+      selected.run(as_canonical(x, filter_format), as_canonical(y, filter_format), grad_weight);
       if (is_1d) grad_weight = grad_weight.squeeze(2);
     }
   }

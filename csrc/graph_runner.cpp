@@ -239,8 +239,10 @@ struct GraphPlan final : Plan {
   std::unique_ptr<ConvGraph> graph;
   int64_t plan_index = -1;
 
-  void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const override {
+  void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+           void* workspace) const override {
     TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused plan: ", refusal);
+    TORCH_INTERNAL_ASSERT(workspace != nullptr || workspace_bytes == 0);
     // The frontend's fastest entry point takes the pointers sorted by uid (x, w, y).
     void* pointers[3];
     switch (key.dir()) {
@@ -255,9 +257,8 @@ struct GraphPlan final : Plan {
         break;
     }
     static_assert(kUidX < kUidW && kUidW < kUidY, "pointers are passed in uid order");
-    const c10::DataPtr workspace = allocate_workspace(workspace_bytes);
     const auto status = graph->execute_plan_at_index(current_cudnn_handle(), pointers, 3,
-                                                     workspace.get(), plan_index);
+                                                     workspace, plan_index);
     TORCH_CHECK(status.is_good(), "torch_cudnn_algo: cudnn_frontend execute_plan_at_index(", choice,
                 ") failed: ", message_of(status));
   }

@@ -18,7 +18,8 @@ struct LegacyPlan final : Plan {
   at::native::TensorDescriptor y_desc;  // cuDNN forward output (dy for backward)
   at::native::ConvolutionDescriptor conv_desc;
 
-  void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const override;
+  void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+           void* workspace) const override;
 };
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
@@ -195,31 +196,32 @@ struct Scaling {
 
 }  // namespace
 
-void LegacyPlan::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
+void LegacyPlan::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+                     void* workspace) const {
   TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused plan: ", refusal);
+  TORCH_INTERNAL_ASSERT(workspace != nullptr || workspace_bytes == 0);
   const cudnnHandle_t handle = current_cudnn_handle();
-  const c10::DataPtr workspace = allocate_workspace(workspace_bytes);
   const Scaling scaling(key.scalar_type());
   switch (key.dir()) {
     case Direction::kForward:  // a = x, b = w, out = y
       TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionForward(
           handle, scaling.one(), x_desc.desc(), a.const_data_ptr(), w_desc.desc(),
           b.const_data_ptr(), conv_desc.desc(), static_cast<cudnnConvolutionFwdAlgo_t>(key.algo),
-          workspace.get(), workspace_bytes, scaling.zero(), y_desc.desc(), out.data_ptr()));
+          workspace, workspace_bytes, scaling.zero(), y_desc.desc(), out.data_ptr()));
       return;
     case Direction::kBackwardData:  // a = dy, b = w, out = dx
       TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionBackwardData(
           handle, scaling.one(), w_desc.desc(), b.const_data_ptr(), y_desc.desc(),
           a.const_data_ptr(), conv_desc.desc(),
-          static_cast<cudnnConvolutionBwdDataAlgo_t>(key.algo), workspace.get(), workspace_bytes,
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(key.algo), workspace, workspace_bytes,
           scaling.zero(), x_desc.desc(), out.data_ptr()));
       return;
     case Direction::kBackwardFilter:  // a = x, b = dy, out = dw
       TORCH_CUDNN_ALGO_CHECK(cudnnConvolutionBackwardFilter(
           handle, scaling.one(), x_desc.desc(), a.const_data_ptr(), y_desc.desc(),
           b.const_data_ptr(), conv_desc.desc(),
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(key.algo), workspace.get(),
-          workspace_bytes, scaling.zero(), w_desc.desc(), out.data_ptr()));
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(key.algo), workspace, workspace_bytes,
+          scaling.zero(), w_desc.desc(), out.data_ptr()));
       return;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown direction");

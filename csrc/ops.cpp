@@ -1,6 +1,7 @@
 // Control surface of the extension, as torch.ops.torch_cudnn_algo.* operators.
 // The Python package wraps these; they are not meant to be called directly.
 #include "common.h"
+#include "cudnn_handle.h"
 #include "graph_runner.h"
 #include "conv_key.h"
 #include "legacy_algorithms.h"
@@ -274,9 +275,15 @@ std::tuple<std::string, int64_t> run_candidate(
     return {(plan->refused_by_rule ? "refused: " : "unsupported: ") + plan->refusal, -1};
   }
   if (execute) {
-    plan->run(a, b, out);
+    const c10::DataPtr workspace = allocate_workspace(plan->workspace_bytes);
+    plan->run(a, b, out, workspace.get());
   }
   return {"ok", static_cast<int64_t>(plan->workspace_bytes)};
+}
+
+std::vector<int64_t> pinned_run_counts_op() {
+  const auto counts = pinned_run_counts();
+  return {counts.begin(), counts.end()};
 }
 
 int64_t cudnn_runtime_version() {
@@ -313,6 +320,7 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "bool allow_tf32) -> (str[], str[], int[], str[], str[], str[], str[])",
       &engine_configs);
   m.def("cudnn_runtime_version() -> int", &cudnn_runtime_version);
+  m.def("pinned_run_counts() -> int[]", &pinned_run_counts_op);
   m.def("set_policy(str direction, str policy) -> ()", &set_policy);
   m.def("get_policy(str direction) -> str", &get_policy);
   m.def("set_workspace_limit(int bytes) -> ()", &set_workspace_limit_op);

@@ -28,12 +28,12 @@ at::Tensor run_pinned_call(const ConvKey& key, at::IntArrayRef output_sizes,
   if (input.numel() == 0) {
     return at::zeros(output_sizes, options);  // zero input channels: every output is an empty sum
   }
-  const auto plan = select_plan(key);
-  if (!plan) {
+  const SelectedPlan selected = select_plan(key);
+  if (!selected) {
     return stock();
   }
   at::Tensor output = at::empty(output_sizes, options);
-  plan->run(as_canonical(input, format), as_canonical(weight, format), output);
+  selected.run(as_canonical(input, format), as_canonical(weight, format), output);
   return output;
 }
 

@@ -29,6 +29,8 @@ struct Plan {
   size_t workspace_bytes = 0;
   // Set by the first refusal warning, so each configuration warns once.
   mutable std::atomic<bool> warned{false};
+  // Set by the first "workspace could not be allocated" warning.
+  mutable std::atomic<bool> warned_out_of_memory{false};
   // The workspace limit last warned about for this plan (-1: none yet).
   mutable std::atomic<int64_t> warned_limit{-1};
   // Set when the "requested ... is set" line was logged: once per plan, also
@@ -37,7 +39,10 @@ struct Plan {
 
   // Executes on the current stream. Operands by direction, all canonical in
   // key.format():  fwd (x, w) -> y;  bwd_data (dy, w) -> dx;  bwd_filter (x, dy) -> dw.
-  virtual void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const = 0;
+  // `workspace` holds at least workspace_bytes: the caller allocates it, so a
+  // failed allocation is decided before anything is written (see select_plan).
+  virtual void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+                   void* workspace) const = 0;
 };
 
 }  // namespace torch_cudnn_algo

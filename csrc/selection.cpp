@@ -1,5 +1,6 @@
 #include "selection.h"
 
+#include "cudnn_handle.h"
 #include "graph_runner.h"
 #include "legacy_algorithms.h"
 #include "legacy_runner.h"
@@ -11,6 +12,7 @@
 #include <array>
 #include <cctype>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 namespace torch_cudnn_algo {
@@ -21,6 +23,8 @@ std::array<std::shared_ptr<const Choice>, kNumDirections> g_choices;
 std::atomic<bool> g_strict{false};
 std::atomic<int64_t> g_workspace_limit{-1};
 std::atomic<bool> g_profile{false};
+// Relaxed counters: one uncontended-in-practice increment per pinned call.
+std::array<std::atomic<int64_t>, kNumDirections> g_run_counts{};
 thread_local bool t_bypass = false;
 // Serializes writers so the registered overrides always match the last write.
 std::mutex g_write_mutex;
@@ -136,24 +140,55 @@ bool within_workspace_limit(const Plan& plan, const Choice& choice) {
   return false;
 }
 
-// The pinned (or policy-picked) `choice` on `key`: its plan if it may run, else
-// nullptr after the refusal rule.
-std::shared_ptr<const Plan> runnable_plan(const Choice& choice, const ConvKey& key,
-                                          bool picked_by_policy) {
+// The first line of an allocator error ("CUDA out of memory. Tried to allocate ...").
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+// The plan's workspace, or nullopt after the refusal rule when the allocator
+// cannot supply it: a workspace that does not fit in memory is one more reason a
+// choice cannot run, and PyTorch's own choice (which falls back to algorithms
+// with less workspace) runs instead of ending the user's program.
+std::optional<c10::DataPtr> allocate_or_refuse(const Plan& plan, const Choice& choice) {
+  std::string error;
+  try {
+    return allocate_workspace(plan.workspace_bytes);
+  } catch (const c10::OutOfMemoryError& oom) {
+    error = first_line(oom.what_without_backtrace());
+  }
+  const bool first = !strict_mode() && !plan.warned_out_of_memory.exchange(true);
+  // Choices needing less workspace are the ones that might fit.
+  const int64_t smaller = static_cast<int64_t>(plan.workspace_bytes) - 1;
+  refuse(plan, choice,
+         "its workspace of " + std::to_string(plan.workspace_bytes) +
+             " bytes could not be allocated (out of memory: " + error + ")",
+         first || strict_mode() ? alternatives_within_limit(choice, plan.key, smaller)
+                                : std::vector<std::string>{},
+         first);
+  return std::nullopt;
+}
+
+// The pinned (or policy-picked) `choice` on `key`: its plan with its workspace if
+// it may run, else empty after the refusal rule.
+SelectedPlan runnable_plan(const Choice& choice, const ConvKey& key, bool picked_by_policy) {
   auto plan = plan_for_choice(choice, key);
   if (!plan->refusal.empty()) {
     handle_refusal(*plan, choice);
-    return nullptr;
+    return {};
   }
   if (!within_workspace_limit(*plan, choice)) {
-    return nullptr;
+    return {};
+  }
+  auto workspace = allocate_or_refuse(*plan, choice);
+  if (!workspace) {
+    return {};
   }
   if (!plan->announced.exchange(true)) {
     log_to_python(LogLevel::kInfo, std::string("requested ") + direction_name(key.dir()) +
                                        " algorithm " + (picked_by_policy ? "fastest -> " : "") +
                                        plan->choice + " is set | " + describe_conv(key));
   }
-  return plan;
+  return {std::move(plan), std::move(*workspace)};
 }
 
 }  // namespace
@@ -277,9 +312,23 @@ std::shared_ptr<const Plan> plan_for_choice(const Choice& choice, ConvKey key) {
   return get_legacy_plan(key, &created);
 }
 
-std::shared_ptr<const Plan> select_plan(ConvKey key) {
+void SelectedPlan::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
+  TORCH_INTERNAL_ASSERT(plan != nullptr);
+  plan->run(a, b, out, workspace.get());
+  g_run_counts[static_cast<int>(plan->key.dir())].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::array<int64_t, kNumDirections> pinned_run_counts() {
+  std::array<int64_t, kNumDirections> counts{};
+  for (int i = 0; i < kNumDirections; ++i) {
+    counts[i] = g_run_counts[i].load(std::memory_order_relaxed);
+  }
+  return counts;
+}
+
+SelectedPlan select_plan(ConvKey key) {
   if (bypassed()) {
-    return nullptr;
+    return {};
   }
   const auto pinned = pinned_choice(key.dir());
   const bool policy = pinned && pinned->fastest;
@@ -289,7 +338,7 @@ std::shared_ptr<const Plan> select_plan(ConvKey key) {
     if (policy) choice = std::move(pick);
   }
   if (!choice) {
-    return nullptr;
+    return {};
   }
   return runnable_plan(*choice, key, policy);
 }

@@ -6,6 +6,11 @@
 
 #include "common.h"
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -77,14 +82,32 @@ bool exchange_bypass(bool bypass);
 // it, or conv_profile is on.
 bool direction_active(Direction direction);
 
-// The plan to run for `key`'s problem in key.dir(), or nullptr for the stock
-// path. Applies the contract on the way: profiles a new configuration when
-// conv_profile or the "fastest" policy asks for it (never during CUDA graph
+// A plan chosen for one call, with its workspace already allocated (exactly the
+// bytes cuDNN reported): nothing can fail for lack of memory once it runs.
+// Empty (false) means the stock path runs.
+struct SelectedPlan {
+  std::shared_ptr<const Plan> plan;
+  c10::DataPtr workspace;
+
+  explicit operator bool() const { return plan != nullptr; }
+  // Runs the plan (see Plan::run) and counts the call in pinned_run_counts().
+  void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const;
+};
+
+// The plan to run for `key`'s problem in key.dir(), or an empty SelectedPlan for
+// the stock path. Applies the contract on the way: profiles a new configuration
+// when conv_profile or the "fastest" policy asks for it (never during CUDA graph
 // capture); the first run of a pinned plan logs "requested <dir> algorithm
 // <choice> is set"; a refusal (unsupported, a determinism/TF32 rule, over the
-// workspace limit) raises (strict, with the parameters and a Python repro) or
-// warns once per configuration, and the caller then runs the stock path.
-std::shared_ptr<const Plan> select_plan(ConvKey key);
+// workspace limit, a workspace the allocator cannot supply) raises (strict, with
+// the parameters and a Python repro) or warns once per configuration, and the
+// caller then runs the stock path.
+SelectedPlan select_plan(ConvKey key);
+
+// Per direction, how many calls ran a pinned or policy-picked plan through the
+// overrides since the process started: what tests use to tell "our algorithm
+// ran" from "PyTorch never sent this convolution to cuDNN".
+std::array<int64_t, kNumDirections> pinned_run_counts();
 
 // The plan running `choice` on `key`'s problem with no rule applied (refused
 // plans included): what the profiler times. Must run with key.device current.

@@ -27,6 +27,7 @@ from ._queries import (
     engine_configs,
     legacy_algorithm_names,
     legacy_workspace_sizes,
+    pinned_run_counts,
 )
 from ._table import TOLERANCES, ProfileRow, ProfileTable, choose_fastest, tolerance_for
 
@@ -51,6 +52,7 @@ __all__ = [
     "legacy_workspace_sizes",
     "list_algorithms",
     "load_error",
+    "pinned_run_counts",
     "profile",
     "tolerance_for",
 ]

@@ -14,6 +14,7 @@ __all__ = [
     "EngineConfig",
     "active_overrides",
     "clear_cache",
+    "pinned_run_counts",
     "cudnn_version",
     "engine_configs",
     "legacy_algorithm_names",
@@ -35,6 +36,22 @@ def _direction(direction: str) -> LegacyDirection:
 def active_overrides() -> list[str]:
     """ATen operators this extension currently overrides (empty when nothing is pinned)."""
     return list(_extension.ops().active_overrides())
+
+
+def pinned_run_counts() -> dict[str, int]:
+    """How many convolution calls ran one of our plans (a pinned choice or the
+    ``"fastest"`` policy's pick), per direction, since the process started.
+
+    The counts only grow. Their difference around a call tells "the pinned
+    algorithm ran" from "PyTorch never sent this convolution to cuDNN" or "the
+    choice was refused and the stock path ran"::
+
+        before = torch_cudnn_algo.pinned_run_counts()
+        y = model(x)
+        ran = torch_cudnn_algo.pinned_run_counts()["fwd"] - before["fwd"]
+    """
+    fwd, bwd_data, bwd_filter = _extension.ops().pinned_run_counts()
+    return {"fwd": fwd, "bwd_data": bwd_data, "bwd_filter": bwd_filter}
 
 
 def clear_cache() -> None:
