@@ -128,20 +128,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   const auto dil = is_1d ? as_2d(1, params->dilation) : params->dilation;
   const auto out_pad = is_1d ? as_2d(0, params->output_padding) : params->output_padding;
 
-  // The layouts stock gives the gradients: its cuDNN backward moves input to the
-  // backend layout when the weight gradient needs it, then grad_output to input's.
+  // The layouts stock gives the gradients, decided as ATen's cuDNN backward
+  // decides them, from the tensors it actually holds: input in the backend layout
+  // when the weight gradient needs it, grad_output in that input's suggested
+  // layout; grad_input then follows (grad_output, weight), grad_weight follows
+  // (input, grad_output). Channel-count-1 tensors make the suggested layouts
+  // differ from the backend's, so they are read off the tensors, not derived.
+  const at::Tensor in_c = output_mask[1] ? in.contiguous(stock_conv_memory_format(in, w)) : in;
+  const at::Tensor go_c = go.contiguous(in_c.suggest_memory_format());
   const auto dtype = in.scalar_type();
   const int64_t dim = in.dim();
-  const auto input_format = output_mask[1] ? stock_conv_memory_format(in, w)
-                                           : in.suggest_memory_format();
-  const auto data_format =
-      stock_conv_memory_format(dtype, dim, input_format, w.suggest_memory_format());
-  const auto filter_format = stock_conv_memory_format(dtype, dim, input_format, input_format);
+  const auto data_format = stock_conv_memory_format(go_c, w);
+  const auto filter_format = stock_conv_memory_format(in_c, go_c);
 
   // The cuDNN problem x (*) w = y: x is the input of an ordinary convolution and
   // the output (grad_output's side) of a transposed one.
-  const at::Tensor& x = transposed ? go : in;
-  const at::Tensor& y = transposed ? in : go;
+  const at::Tensor& x = transposed ? go_c : in_c;
+  const at::Tensor& y = transposed ? in_c : go_c;
   const ConvProblem problem{x.sizes(), w.sizes(), pad, str, dil, groups, transposed, out_pad};
   const auto key_for = [&](Direction direction, at::MemoryFormat format) {
     return make_conv_key(direction, kNoChoice, problem, dtype, in.device(), deterministic,
@@ -163,7 +166,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
     if (const auto selected = select_plan(key_for(data_direction, data_format))) {
       // Forward (transposed) takes (x = grad_output, w); backward-data (dy, w): same operands.
       grad_input = at::empty(in.sizes(), in.options().memory_format(data_format));
-      selected.run(as_canonical(go, data_format), as_canonical(w, data_format), grad_input);
+      selected.run(as_canonical(go_c, data_format), as_canonical(w, data_format), grad_input);
       if (is_1d) grad_input = grad_input.squeeze(2);
     }
   }

@@ -204,6 +204,9 @@ c10::DimVector canonical_strides(at::IntArrayRef sizes, at::MemoryFormat format)
 
 at::Tensor as_canonical(const at::Tensor& t, at::MemoryFormat format) {
   at::Tensor packed = t.contiguous(format);
+  if (reinterpret_cast<uintptr_t>(packed.const_data_ptr()) % kOperandAlignment != 0) {
+    packed = packed.clone(format);  // a fresh allocation: aligned
+  }
   const auto strides = canonical_strides(packed.sizes(), format);
   if (packed.strides() == at::IntArrayRef(strides)) {
     return packed;

@@ -95,9 +95,15 @@ at::MemoryFormat stock_conv_memory_format(at::ScalarType dtype, int64_t dim, at:
 // Packed strides of `sizes` in `format`.
 c10::DimVector canonical_strides(at::IntArrayRef sizes, at::MemoryFormat format);
 
+// Byte alignment of every operand handed to cuDNN. The graph API's engines are
+// chosen for the frontend's default tensor alignment (16 bytes) and refuse other
+// pointers (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER): a view at an odd offset,
+// such as the imaginary half of a small complex tensor, must be copied first.
+constexpr uintptr_t kOperandAlignment = 16;
+
 // `t` laid out as cuDNN wants it: contiguous in `format` with canonical strides
-// (size-1 dimensions can carry any stride after .contiguous()). No copy if `t`
-// already is.
+// (size-1 dimensions can carry any stride after .contiguous()), starting at a
+// kOperandAlignment boundary. No copy if `t` already is.
 at::Tensor as_canonical(const at::Tensor& t, at::MemoryFormat format);
 
 // Geometry of a cuDNN forward problem x (*) w = y, for make_conv_key.

@@ -6,6 +6,7 @@ logs the table before the seed's line."""
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import pytest
@@ -74,6 +75,7 @@ def test_list_algorithms_agrees_with_what_runs(direction):
 @pytest.mark.parametrize("direction", list(DIRECTIONS))
 def test_profile_has_a_row_per_candidate_and_returns_memory(direction):
     listed = torch_cudnn_algo.list_algorithms(direction, INPUT, WEIGHT, **CONV)
+    gc.collect()  # tensors of earlier tests held in reference cycles would be freed inside profile()
     torch.cuda.synchronize()
     baseline = torch.cuda.memory_allocated()
     table = torch_cudnn_algo.profile(direction, INPUT, WEIGHT, **CONV, reps=5, energy=False)
