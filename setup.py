@@ -5,7 +5,11 @@ Headers are resolved from, in order: explicit environment variables, the pip
 configuration is printed so a failed cluster build says what it looked at.
 
 Build without isolation so the extension is compiled against the torch you run:
-``pip install --no-build-isolation .``
+``pip install --no-build-isolation .`` (or ``pip wheel``, ``python -m build --wheel
+--no-isolation``). The wheel's version carries what it was built for
+(``0.1.0+cu130torch2.11``), it requires that torch minor release, and
+``torch_cudnn_algo/_build_info.py`` records torch, CUDA, cuDNN and the
+compiler's libstdc++ for the import-time check.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import importlib.util
 import os
 import re
 import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 # Importing torch must not autoload an installed (possibly stale) copy of this
 # package while we build its replacement.
@@ -32,6 +38,26 @@ except ImportError as exc:  # pragma: no cover - build-time guidance only
     )
 
 ROOT = Path(__file__).resolve().parent
+PACKAGE = ROOT / "src" / "torch_cudnn_algo"
+
+
+def _load_build_helpers():
+    """src/torch_cudnn_algo/_build.py, by path: importing the package would run its
+    initialization (and an installed copy's) during the build."""
+    spec = importlib.util.spec_from_file_location("_torch_cudnn_algo_build", PACKAGE / "_build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+helpers = _load_build_helpers()
+BASE_VERSION = re.search(r'^__version__ = "([^"]+)"', (PACKAGE / "__init__.py").read_text(), re.M).group(1)
+# 0.1.0+cu130torch2.11, requiring torch==2.11.*: the extension is compiled against
+# torch's C++ ABI and loads only into the torch minor release it was built with.
+VERSION = helpers.local_version(BASE_VERSION, torch.__version__, torch.version.cuda)
+TORCH_REQUIREMENT = helpers.torch_requirement(torch.__version__)
+BUILD_INFO: dict[str, str | None] = {}  # torch_cudnn_algo/_build_info.py, filled by make_extension
 
 
 def _nvidia_package_dirs(name: str) -> list[Path]:
@@ -52,8 +78,8 @@ def _first_dir_with(candidates: list[Path], filename: str) -> Path | None:
     return None
 
 
-def find_cudnn() -> tuple[Path, Path, int]:
-    """cuDNN include dir, lib dir and major version (for the soname to link)."""
+def find_cudnn() -> tuple[Path, Path, int, str]:
+    """cuDNN include dir, lib dir, major version (for the soname to link) and full version."""
     include_candidates = []
     lib_candidates = []
     if os.environ.get("CUDNN_INCLUDE_DIR"):
@@ -82,7 +108,7 @@ def find_cudnn() -> tuple[Path, Path, int]:
             f"torch-cudnn-algo: libcudnn.so.{major} not found; set CUDNN_LIB_DIR. "
             f"Looked in: {[str(c) for c in lib_candidates]}"
         )
-    return include_dir, lib_dir, major
+    return include_dir, lib_dir, major, helpers.cudnn_header_version(version_text)
 
 
 def find_cudnn_frontend_include() -> Path:
@@ -139,18 +165,58 @@ def find_cuda_includes() -> list[Path]:
     )
 
 
+def configure_toolchain():
+    """Makes the build use a C++ compiler whose libstdc++ is not newer than the one this
+    Python process loads (the one the extension will share at run time; _build.py says
+    why this rather than a static libstdc++). When $CXX (default c++) is newer, sets CXX,
+    which torch's ninja build compiles and setuptools links with, to a matching g++; sets
+    CC too when switching or when CC is newer (without ninja, setuptools compiles with CC).
+    Exits naming a fix when no compiler fits.
+    """
+    requested = os.environ.get("CXX") or "c++"
+    if os.environ.get(helpers.SKIP_LIBSTDCXX_CHECK, "") not in ("", "0"):
+        compiler = helpers.inspect_compiler(requested)
+        print(f"torch-cudnn-algo: {helpers.SKIP_LIBSTDCXX_CHECK} is set: building with {requested} "
+              "without checking its libstdc++", flush=True)
+        return helpers.ToolchainChoice(compiler, compiler, helpers.loaded_libstdcxx(), None)
+    try:
+        choice = helpers.choose_compiler(requested, helpers.loaded_libstdcxx())
+    except helpers.ToolchainError as exc:
+        sys.exit(f"torch-cudnn-algo: {exc}")
+    if choice.switched:
+        print(
+            f"torch-cudnn-algo: CXX={requested} comes with libstdc++ "
+            f"{helpers.format_glibcxx(choice.requested.glibcxx)}, newer than the "
+            f"{helpers.format_glibcxx(choice.runtime_glibcxx)} this Python loads "
+            f"({choice.runtime_libstdcxx}); an extension compiled with its headers can crash in it. "
+            f"Building with {choice.compiler.command} ({helpers.format_glibcxx(choice.compiler.glibcxx)}) instead.",
+            flush=True,
+        )
+        os.environ["CXX"] = choice.compiler.command
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC")
+    if choice.switched or (cc and helpers.newer_than_runtime(helpers.inspect_compiler(cc), choice.runtime_glibcxx)):
+        os.environ["CC"] = helpers.c_compiler_for(choice.compiler.command) or choice.compiler.command
+    return choice
+
+
 def make_extension() -> CppExtension:
-    cudnn_include, cudnn_lib, cudnn_major = find_cudnn()
+    cudnn_include, cudnn_lib, cudnn_major, cudnn_version = find_cudnn()
     cuda_includes = find_cuda_includes()
     frontend_include = find_cudnn_frontend_include()
+    toolchain = configure_toolchain()
+    debug = os.environ.get("TORCH_CUDNN_ALGO_DEBUG_BUILD", "") not in ("", "0")
+    write_build_info(cudnn_version, toolchain)
     print(
         "torch-cudnn-algo build configuration:\n"
+        f"  version        {VERSION} (requires {TORCH_REQUIREMENT})\n"
         f"  torch          {torch.__version__} (CUDA {torch.version.cuda}) at {Path(torch.__file__).parent}\n"
-        f"  cuDNN headers  {cudnn_include}\n"
+        f"  cuDNN headers  {cudnn_include} (cuDNN {cudnn_version})\n"
         f"  cuDNN library  {cudnn_lib}/libcudnn.so.{cudnn_major}\n"
         f"  CUDA headers   {', '.join(map(str, cuda_includes))}\n"
         f"  cuDNN frontend {frontend_include}\n"
-        f"  python         {sys.version.split()[0]} (stable ABI, abi3)",
+        f"  C++ compiler   {toolchain.describe()}\n"
+        f"  python         {sys.version.split()[0]} (stable ABI, abi3)"
+        + ("\n  debug build    symbols kept (TORCH_CUDNN_ALGO_DEBUG_BUILD)" if debug else ""),
         flush=True,
     )
     sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").glob("*.cpp"))
@@ -163,22 +229,76 @@ def make_extension() -> CppExtension:
         # The frontend dlopens cuDNN, NVRTC and the driver itself instead of linking
         # them: the process keeps torch's cuDNN and needs no NVRTC until an engine
         # compiles at run time.
-        extra_compile_args={"cxx": ["-O2", "-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING"]},
+        # Python's CFLAGS carry -g: without -g0 and the link's -s the library is 51 MB of
+        # debug information instead of a few MB (TORCH_CUDNN_ALGO_DEBUG_BUILD=1 keeps it).
+        extra_compile_args={"cxx": ["-O2", "-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING"] + ([] if debug else ["-g0"])},
         # Link the soname torch itself loads, so the process keeps a single cuDNN.
         # The rpaths find it next to torch in site-packages, or where we built.
         extra_link_args=[
             f"-l:libcudnn.so.{cudnn_major}",
             "-Wl,-rpath,$ORIGIN/../nvidia/cudnn/lib",
             f"-Wl,-rpath,{cudnn_lib}",
-        ],
+        ] + libstdcxx_link_args() + ([] if debug else ["-s"]),
         # Only libtorch and the dispatcher are used (no libtorch_python), so one
         # abi3 wheel serves every CPython >= 3.10 with this torch.
         py_limited_api=True,
     )
 
 
+def libstdcxx_link_args() -> list[str]:
+    """Link the libstdc++ this Python loads, by soname, ahead of the driver's implicit
+    -lstdc++: a compiler whose libstdc++.so cannot be found (the GPU image's
+    /opt/gcc/bin/g++ has a dangling one) otherwise links libstdc++.a into the extension,
+    a second libstdc++ in the process that crashed in std::ostream (see _build.py)."""
+    loaded = helpers.loaded_libstdcxx()
+    directory = [f"-L{os.path.dirname(loaded)}"] if loaded else []
+    return directory + ["-l:libstdc++.so.6"]
+
+
+class BuildExtensionSharingLibstdcxx(BuildExtension):
+    """BuildExtension that refuses an extension not linked to the shared libstdc++.so.6."""
+
+    def build_extension(self, ext) -> None:
+        super().build_extension(ext)
+        path = self.get_ext_fullpath(ext.name)
+        if "libstdc++.so.6" not in helpers.elf_needed(path):
+            sys.exit(
+                f"torch-cudnn-algo: {path} does not link libstdc++.so.6: the compiler "
+                f"({os.environ.get('CXX') or 'c++'}) linked a static libstdc++ into it, a second "
+                "copy beside the one torch uses, which crashes. Build with a compiler whose "
+                "shared libstdc++ the linker finds (e.g. CXX=/usr/bin/g++)."
+            )
+
+
+def write_build_info(cudnn_version: str, toolchain) -> None:
+    """What this build is for, read at import by the version gate; BuildPy writes it as
+    torch_cudnn_algo/_build_info.py into the build, never into the source tree."""
+    BUILD_INFO.update({
+        "VERSION": VERSION,
+        "TORCH": torch.__version__,
+        "CUDA": torch.version.cuda,
+        "CUDNN": cudnn_version,
+        "CXX": toolchain.compiler.command,
+        # The compiler's libstdc++ (its headers' release): the oldest one the extension runs with.
+        "GLIBCXX": ".".join(map(str, toolchain.compiler.glibcxx)) if toolchain.compiler.glibcxx else None,
+    })
+
+
+class BuildPy(build_py):
+    """build_py that adds the generated torch_cudnn_algo/_build_info.py to the build (the
+    wheel takes the whole build tree). An editable install has none: its gate is off."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / "torch_cudnn_algo" / "_build_info.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(helpers.render_build_info(BUILD_INFO))
+
+
 setup(
+    version=VERSION,
+    install_requires=[TORCH_REQUIREMENT],
     ext_modules=[make_extension()],
-    cmdclass={"build_ext": BuildExtension},
+    cmdclass={"build_ext": BuildExtensionSharingLibstdcxx, "build_py": BuildPy},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -20,7 +20,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run-upstream-test
 
 
 def _load_runner():
-    """The module the script runs (this checkout's src/torch_cudnn_algo/_upstream.py)."""
+    """The package the script runs (this checkout's src/torch_cudnn_algo/_upstream/), loaded
+    the script's way: without torch_cudnn_algo/__init__.py, so without torch."""
     loader = SourceFileLoader("_run_upstream_tests_script", str(SCRIPT))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     script = importlib.util.module_from_spec(spec)
@@ -117,6 +118,15 @@ def test_script_usage_error_exit_2(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "no test file at" in done.stderr
+
+
+def test_script_loads_the_runner_without_torch():
+    # In a fresh interpreter: this one may have imported torch for other tests.
+    code = ("import runpy, sys; runpy.run_path(sys.argv[1])['_load'](); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_cudnn_algo')))")
+    done = subprocess.run([sys.executable, "-c", code, str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_child_environment_sets_only_the_settings_vars():

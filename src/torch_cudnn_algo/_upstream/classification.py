@@ -1,0 +1,122 @@
+"""Why a test that passes stock fails under a setting: *ours* or *numerics*.
+
+*numerics* is a tolerance miss an algorithm may legitimately cause; everything
+else -- an exception naming the package, a crash, a hang, an out-of-memory, a
+wrong layout or dtype, anything unrecognised -- is *ours* to look at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from .outcomes import CRASHED, TIMEOUT, TestResult, describe_returncode
+from .text import first_line
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification:
+    cls: str  # "ours" or "numerics"
+    kind: str  # exception, crash, timeout, oom, layout/dtype, other; tolerance, gradcheck, nondeterminism
+    detail: str
+    max_abs: float | None = None
+    max_rel: float | None = None
+    label: str = ""  # "ours: crash (signal 11)", "numerics", ...
+
+
+_NUMERIC_MARKERS = ("Tensor-likes are not close", "Scalars are not close", "Mismatched elements")
+_ATTRIBUTE_MISMATCH = re.compile(
+    r"The values for attribute '(?:stride\(\)|dtype|layout|memory_format|device)' do not match[^\n]*"
+)
+_GENERIC_BOOL_ASSERT = re.compile(r"(False is not true|True is not false|assert False|is not true)")
+_LAYOUT_SOURCE = re.compile(r"is_contiguous|memory_format|\.stride\(|\bstride\(\)|\.dtype\b")
+_MISMATCHED = re.compile(r"Mismatched elements: ([^\n]+)")
+
+
+def _difference(head: str, flags: int = 0) -> re.Pattern[str]:
+    """torch.testing's ``HEAD: VALUE ... (up to ALLOWED allowed)`` line: groups VALUE, ALLOWED."""
+    return re.compile(head + r" difference: (\S+)(?:[^\n]*?\(up to (\S+) allowed\))?", flags)
+
+
+# Tensors report the greatest difference; scalars (a line of their own) just the difference.
+_ABS_DIFFERENCES = (_difference("Greatest absolute"), _difference("^Absolute", re.MULTILINE))
+_REL_DIFFERENCES = (_difference("Greatest relative"), _difference("^Relative", re.MULTILINE))
+
+
+def _search_first(patterns: tuple[re.Pattern[str], ...], text: str) -> re.Match[str] | None:
+    return next((m for m in (p.search(text) for p in patterns) if m), None)
+
+
+def _to_float(text: str) -> float | None:
+    try:
+        return float(text.rstrip(".,;"))
+    except ValueError:
+        return None
+
+
+def _error_lines(text: str) -> str:
+    """The ``E   ...`` lines of a pytest traceback: the exception, when junit had no message."""
+    return "\n".join(line[1:].strip() for line in text.splitlines() if line.startswith("E "))
+
+
+def _source_lines(text: str) -> list[str]:
+    """The ``>`` lines of a long pytest traceback: the source lines that raised."""
+    return [line[1:].strip() for line in text.splitlines() if line.startswith(">")]
+
+
+def _tolerance(message: str, first: str) -> Classification:
+    """A tolerance miss, with the greatest absolute and relative differences parsed."""
+    abs_match = _search_first(_ABS_DIFFERENCES, message)
+    rel_match = _search_first(_REL_DIFFERENCES, message)
+    max_abs = _to_float(abs_match.group(1)) if abs_match else None
+    max_rel = _to_float(rel_match.group(1)) if rel_match else None
+    parts = []
+    for what, match, value in (("abs", abs_match, max_abs), ("rel", rel_match, max_rel)):
+        if match:
+            shown = "?" if value is None else f"{value:.3g}"
+            allowed = f" (allowed {match.group(2)})" if match.group(2) else ""
+            parts.append(f"max {what} diff {shown}{allowed}")
+    mismatched = _MISMATCHED.search(message)
+    if mismatched:
+        parts.append(f"mismatched {mismatched.group(1).strip()}")
+    return Classification("numerics", "tolerance", ", ".join(parts) or first, max_abs, max_rel, "numerics")
+
+
+def classify(result: TestResult) -> Classification:
+    """Why a test that passes stock fails under a setting: *ours* or *numerics*."""
+    if result.outcome == CRASHED:
+        rc = result.returncode if result.returncode is not None else 0
+        what = f"signal {-rc}" if rc < 0 else f"exit {rc}"
+        detail = describe_returncode(rc) + (f"; {result.message}" if result.message else "")
+        return Classification("ours", "crash", detail, label=f"ours: crash ({what})")
+    if result.outcome == TIMEOUT:
+        return Classification("ours", "timeout", result.message or "run timed out in this test", label="ours: timeout")
+    message = result.message or _error_lines(result.text)
+    if not message and not result.text:
+        return Classification(
+            "ours", "other", f"{result.outcome}, no message (the run died before writing junit)",
+            label="ours: other",
+        )
+    first = first_line(message) or first_line(result.text)
+    if "torch_cudnn_algo" in message:
+        line = next((ln.strip() for ln in message.splitlines() if "torch_cudnn_algo" in ln), first)
+        return Classification("ours", "exception", line[:300], label="ours: exception")
+    if "OutOfMemoryError" in message or "out of memory" in message.lower():
+        return Classification("ours", "oom", first, label="ours: oom")
+    attribute = _ATTRIBUTE_MISMATCH.search(message)
+    if attribute:
+        return Classification("ours", "layout/dtype", attribute.group(0).strip(), label="ours: layout/dtype")
+    if any(marker in message for marker in _NUMERIC_MARKERS):
+        return _tolerance(message, first)
+    if "Jacobian mismatch" in message:
+        return Classification("numerics", "gradcheck", first, label="numerics")
+    if "Backward is not reentrant" in message:
+        return Classification("numerics", "nondeterminism", first, label="numerics")
+    # A bare assertTrue failure says nothing; the source line that raised may name a layout check.
+    layout_sources = [src for src in _source_lines(result.text) if _LAYOUT_SOURCE.search(src)]
+    if any(word in message for word in ("is_contiguous", "memory_format")) or (
+        _GENERIC_BOOL_ASSERT.search(message) and layout_sources
+    ):
+        source = layout_sources[0] if layout_sources else first
+        return Classification("ours", "layout/dtype", source[:300], label="ours: layout/dtype")
+    return Classification("ours", "other", first, label="ours: other")

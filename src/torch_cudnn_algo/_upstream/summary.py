@@ -1,0 +1,163 @@
+"""summary.json: what the job found, per run, with the regressions classified.
+
+Written after the parallel phase and after every re-run (so that a job cut short
+still leaves one), and once more when the job ends; summary.md is its markdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from .classification import classify
+from .config import Config
+from .outcomes import FAILED, FAILING, PASSED, SKIPPED, RunResult, TestResult, count_outcomes
+from .regressions import rerun_candidates
+from .report import render_markdown
+from .settings import Setting
+
+RAW_URL = "https://raw.githubusercontent.com/pytorch/pytorch/{commit}/test/nn/test_convolution.py"
+
+
+@dataclasses.dataclass
+class JobResults:
+    """What the job has found so far."""
+
+    torch_info: dict  # from the preflight; empty with --no-preflight
+    parallel: dict[str, RunResult]  # by run name ("stock", then each setting's)
+    stock_final: dict[str, TestResult]  # stock's parallel results, re-run results in place
+    stock_rerun: dict  # {"tests": N, "passed_alone": [...], "still_failing": [...]}
+    alone: dict[str, RunResult]  # each setting's re-run, by setting name, once done
+
+
+def _json_float(value: float | None) -> float | str | None:
+    """JSON has no inf or nan: those become text."""
+    if value is None or math.isfinite(value):
+        return value
+    return str(value)
+
+
+def regression_entry(nodeid: str, result: TestResult, parallel_outcome: str, repro: str = "") -> dict:
+    c = classify(result)
+    return {
+        "test": nodeid,
+        "class": c.cls,
+        "label": c.label,
+        "kind": c.kind,
+        "detail": c.detail,
+        "max_abs": _json_float(c.max_abs),
+        "max_rel": _json_float(c.max_rel),
+        "parallel_outcome": parallel_outcome,
+        "alone_outcome": result.outcome,
+        "repro": repro,
+    }
+
+
+def repro_command(config: Config, setting: Setting | None, nodeid: str) -> str:
+    """A shell command that runs the one test under the setting."""
+    env = setting.env_vars(config.strict) if setting else {}
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return f"cd {shlex.quote(str(config.rootdir))} && {prefix + ' ' if prefix else ''}" \
+           f"{shlex.quote(config.python)} -m pytest -p no:cacheprovider {shlex.quote(nodeid)}"
+
+
+def build_summary(config: Config, found: JobResults, phase: str, elapsed: float) -> dict:
+    """The summary.json content. ``phase``: "parallel" (nothing re-run yet), "rerun"
+    (some settings re-run), "final". Regressions not yet re-run alone carry
+    ``"confirmed": false``; the exit status is set only when final."""
+    runs_json = [_run_json(config, found.parallel["stock"], None, [], [], 0)]
+    totals = {"candidates": 0, "confirmed": 0, "cleared": 0}
+    for setting in config.settings:
+        alone = found.alone.get(setting.name)
+        entry = _setting_json(config, found.parallel[setting.name], setting, found.stock_final, alone)
+        runs_json.append(entry)
+        if alone is not None:
+            totals["candidates"] += entry["rerun_candidates"]
+            totals["confirmed"] += sum(1 for r in entry["regressions"] if r["test"] != "(run)")
+            totals["cleared"] += len(entry["cleared"])
+    ours = any(r["class"] == "ours" for run in runs_json for r in run["regressions"])
+    git_version = found.torch_info.get("git_version")
+    return {
+        "phase": phase,
+        "file": str(config.file),
+        "k": config.k,
+        "python": config.python,
+        "jobs": config.jobs,
+        "strict": config.strict,
+        "timeout": config.timeout,
+        "test_timeout": config.test_timeout,
+        "torch": dict(found.torch_info) or None,
+        "test_file_url": RAW_URL.format(commit=git_version) if git_version else None,
+        "elapsed": round(elapsed, 1),
+        "runs": runs_json,
+        "stock_rerun": dict(found.stock_rerun),
+        "rerun": totals,
+        "exit_status": (1 if ours else 0) if phase == "final" else None,
+    }
+
+
+def _setting_json(config: Config, run: RunResult, setting: Setting, stock_final: Mapping[str, TestResult],
+                  alone: RunResult | None) -> dict:
+    candidates = rerun_candidates(stock_final, run.results)
+    regressions, cleared = [], []
+    for t in candidates:
+        first = run.results[t].outcome
+        if alone is None:  # not re-run yet: the parallel failure, unconfirmed
+            if first in FAILING:
+                regressions.append(regression_entry(t, run.results[t], first, repro_command(config, setting, t)))
+                regressions[-1]["confirmed"] = False
+            continue
+        r = alone.results.get(t)
+        if r is not None and r.outcome in FAILING:
+            regressions.append(regression_entry(t, r, first, repro_command(config, setting, t)))
+            regressions[-1]["confirmed"] = True
+        elif first in FAILING:
+            cleared.append(t)
+    if run.run_error and not run.results:
+        regressions.append({
+            "test": "(run)", "class": "ours", "label": "ours: run failed", "kind": "run",
+            "detail": run.run_error, "max_abs": None, "max_rel": None, "parallel_outcome": "",
+            "alone_outcome": "", "repro": "", "confirmed": True,
+        })
+    failed_both = sum(1 for t, r in run.results.items()
+                      if r.outcome in FAILING and t in stock_final and stock_final[t].outcome in FAILING)
+    entry = _run_json(config, run, setting, regressions, cleared, failed_both)
+    entry["rerun_candidates"] = len(candidates)
+    entry["rerun_duration"] = round(alone.duration, 1) if alone is not None else None
+    return entry
+
+
+def _run_json(config: Config, run: RunResult, setting: Setting | None, regressions: list, cleared: list,
+              failed_both: int) -> dict:
+    counts = count_outcomes(run.results)
+    return {
+        "setting": run.name,
+        "env": setting.env_vars(config.strict) if setting else {},
+        "pins": setting.describe() if setting else "",
+        "passed": counts[PASSED],
+        "failed": counts[FAILED],
+        "skipped": counts[SKIPPED],
+        "errors": counts["errors"],
+        "crashed": counts["crashed"],
+        "duration": round(run.duration, 1),
+        "attempts": len(run.attempts),
+        "run_error": run.run_error,
+        "failed_both": failed_both,
+        "regressions": regressions,
+        "cleared": cleared,
+    }
+
+
+def write_summary(out: Path, summary: Mapping) -> str:
+    """Writes summary.json and summary.md into ``out``, each atomically (a reader never
+    sees half a file); returns the markdown."""
+    markdown = render_markdown(summary)
+    for name, text in (("summary.json", json.dumps(summary, indent=2) + "\n"), ("summary.md", markdown)):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out / name)
+    return markdown
