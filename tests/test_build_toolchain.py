@@ -1,6 +1,8 @@
-"""The build's libstdc++ rule (issue 12): the extension is compiled by a C++ compiler
-whose libstdc++ is not newer than the one the Python process loads, because code
-compiled with newer headers crashed in the older runtime (std::ostream).
+"""The build's libstdc++ version rule (issue 12): the extension is compiled by a C++
+compiler whose libstdc++ is not newer than the one the Python process loads, because
+code compiled with a GCC's headers needs that GCC's libstdc++ or newer at run time.
+(The GPU image's SIGSEGV itself came from a static libstdc++ linked in:
+test_build_libstdcxx_link.py.)
 
 CPU: the detection with fake libraries and fake compilers (shell scripts that answer
 ``-print-file-name``), setup.py's switch to a matching compiler, and the installed

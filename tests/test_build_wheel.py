@@ -4,28 +4,13 @@ libtorch, CUDA or cuDNN is bundled, and it is built for CPython's stable ABI."""
 from __future__ import annotations
 
 import os
-import struct
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 import torch_cudnn_algo
-
-
-def elf_sections(path: Path) -> list[str]:
-    """Section names of a 64-bit little-endian ELF file."""
-    data = path.read_bytes()
-    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "not a 64-bit little-endian ELF file"
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    offsets = [struct.unpack_from("<Q", data, shoff + i * shentsize + 0x18)[0] for i in range(shnum)]
-    names_at = offsets[shstrndx]
-    names = []
-    for i in range(shnum):
-        start = names_at + struct.unpack_from("<I", data, shoff + i * shentsize)[0]
-        names.append(data[start:data.index(b"\0", start)].decode())
-    return names
+from torch_cudnn_algo import _build
 
 
 def installed_extension() -> Path:
@@ -39,7 +24,7 @@ def installed_extension() -> Path:
                     reason="a debug build keeps its symbols")
 def test_extension_is_stripped_and_abi3():
     path = installed_extension()
-    sections = elf_sections(path)
+    sections = _build.ElfFile(path).section_names()
     assert ".text" in sections and ".dynsym" in sections
     assert not [s for s in sections if s.startswith(".debug") or s == ".symtab"], sections
     assert path.name == "_C.abi3.so"

@@ -115,29 +115,45 @@ def loaded_libstdcxx(maps: str = "/proc/self/maps") -> str | None:
     return None
 
 
+class ElfFile:
+    """The section table of a 64-bit little-endian ELF file (what stripping keeps)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.data = Path(path).read_bytes()
+        if self.data[:4] != b"\x7fELF" or self.data[4] != 2 or self.data[5] != 1:
+            raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
+        shoff, = struct.unpack_from("<Q", self.data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", self.data, 0x3A)
+        # Elf64_Shdr: name, type, flags, addr, offset, size, link, info, addralign, entsize
+        self.sections = [struct.unpack_from("<IIQQQQIIQQ", self.data, shoff + i * shentsize)
+                         for i in range(shnum)]
+        self._names_at = self.sections[shstrndx][4]
+
+    def string(self, offset: int) -> str:
+        return self.data[offset:self.data.index(b"\0", offset)].decode()
+
+    def section_names(self) -> list[str]:
+        return [self.string(self._names_at + section[0]) for section in self.sections]
+
+    def needed(self) -> list[str]:
+        """The DT_NEEDED entries of the .dynamic section: the shared libraries it links."""
+        needed = []
+        for _, kind, _, _, offset, size, link, _, _, _ in self.sections:
+            if kind != 6:  # SHT_DYNAMIC
+                continue
+            strings = self.sections[link][4]
+            for entry in range(offset, offset + size, 16):
+                tag, value = struct.unpack_from("<qQ", self.data, entry)
+                if tag == 0:  # DT_NULL ends the table
+                    break
+                if tag == 1:  # DT_NEEDED: an offset into the linked string table
+                    needed.append(self.string(strings + value))
+        return needed
+
+
 def elf_needed(path: str | os.PathLike) -> list[str]:
-    """The DT_NEEDED entries (shared libraries it links) of a 64-bit little-endian
-    ELF file, read from its .dynamic section (kept by stripping)."""
-    data = Path(path).read_bytes()
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    # Elf64_Shdr: name, type, flags, addr, offset, size, link, info, addralign, entsize
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    needed = []
-    for _, kind, _, _, offset, size, link, _, _, _ in sections:
-        if kind != 6:  # SHT_DYNAMIC
-            continue
-        strings = sections[link][4]
-        for entry in range(offset, offset + size, 16):
-            tag, value = struct.unpack_from("<qQ", data, entry)
-            if tag == 0:  # DT_NULL ends the table
-                break
-            if tag == 1:  # DT_NEEDED: an offset into the linked string table
-                start = strings + value
-                needed.append(data[start:data.index(b"\0", start)].decode())
-    return needed
+    """The shared libraries a 64-bit little-endian ELF file links (DT_NEEDED)."""
+    return ElfFile(path).needed()
 
 
 def compiler_libstdcxx(compiler: str) -> str | None:
