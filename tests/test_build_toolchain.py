@@ -213,8 +213,9 @@ def test_installed_extension_was_compiled_for_this_libstdcxx():
 
 @pytest.mark.gpu
 def test_convolutions_and_messages_run_in_a_fresh_process():
-    """What crashed with a newer compiler's headers: pinned convolutions, their C++-formatted
-    log lines and refusal warnings. A crash is a negative return code, not a failed pytest."""
+    """What crashed with the GPU image's compiler (a static libstdc++ linked in): pinned
+    convolutions, their C++-formatted log lines and refusal warnings. A crash is a
+    negative return code, not a failed pytest."""
     code = textwrap.dedent("""
         import logging, warnings
         import torch, torch_cudnn_algo as tca
