@@ -318,9 +318,14 @@ def two_devices() -> list[torch.device]:
     return [torch.device("cuda", 0), torch.device("cuda", 1)]
 
 
+def same_cnn_on_each(devices: list[torch.device]) -> list[torch.nn.Module]:
+    """One CNN and exact copies of it, one per device."""
+    model = make_cnn(device=devices[0])
+    return [model] + [copy.deepcopy(model).to(d) for d in devices[1:]]
+
+
 def test_two_devices_pinned_choices_match_stock_with_a_plan_cache_per_device(two_devices):
-    models = [make_cnn(device=two_devices[0])]
-    models.append(copy.deepcopy(models[0]).to(two_devices[1]))
+    models = same_cnn_on_each(two_devices)
     x, grad = cnn_input(device="cpu", seed=1), cnn_input(device="cpu", seed=2)
     with cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         stock = [eager_step(m, x.to(d), grad.to(d)) for m, d in zip(models, two_devices)]
@@ -348,8 +353,7 @@ def test_two_devices_pinned_choices_match_stock_with_a_plan_cache_per_device(two
 
 
 def test_two_devices_fastest_matches_stock_with_decisions_per_device(two_devices):
-    models = [make_cnn(device=two_devices[0])]
-    models.append(copy.deepcopy(models[0]).to(two_devices[1]))
+    models = same_cnn_on_each(two_devices)
     x, grad = cnn_input(device="cpu", seed=3), cnn_input(device="cpu", seed=4)
     with cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         stock = [eager_step(m, x.to(d), grad.to(d)) for m, d in zip(models, two_devices)]
