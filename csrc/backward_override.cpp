@@ -21,7 +21,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <array>
+#include <cstring>
 #include <optional>
+#include <unordered_map>
 
 namespace torch_cudnn_algo {
 namespace {
@@ -72,9 +75,53 @@ std::optional<BackwardParams> pinnable_params(const at::Tensor& grad_output,
   return BackwardParams{std::move(*s), std::move(*p), std::move(*d), std::move(*op)};
 }
 
-bool stock_runs_cudnn(const at::Tensor& input, const at::Tensor& weight,
-                      at::OptionalIntArrayRef bias_sizes, const BackwardParams& params,
-                      bool transposed, int64_t groups) {
+// Everything ATen's backend choice for a CUDA convolution reads: shapes, dtype,
+// device, the operands' suggested layouts, the parameters and whether cuDNN is
+// enabled. Plain old data, zero-filled, hashed and compared bytewise.
+struct BackendQuery {
+  BackendQuery() { std::memset(static_cast<void*>(this), 0, sizeof(*this)); }
+
+  int8_t dtype, input_format, weight_format, dim, device;
+  bool transposed, has_bias, cudnn_enabled;
+  int64_t groups;
+  std::array<int64_t, kMaxDims> input, weight;
+  std::array<int64_t, kMaxSpatialDims> stride, padding, dilation, output_padding;
+
+  bool operator==(const BackendQuery& other) const {
+    return std::memcmp(this, &other, sizeof(*this)) == 0;
+  }
+};
+static_assert(sizeof(BackendQuery) % sizeof(uint64_t) == 0, "hashed in 8-byte words");
+
+struct BackendQueryHash {
+  size_t operator()(const BackendQuery& query) const { return hash_key_words(&query, sizeof(query)); }
+};
+
+BackendQuery backend_query(const at::Tensor& input, const at::Tensor& weight,
+                           at::OptionalIntArrayRef bias_sizes, const BackwardParams& params,
+                           bool transposed, int64_t groups) {
+  BackendQuery query;
+  query.dtype = static_cast<int8_t>(input.scalar_type());
+  query.input_format = static_cast<int8_t>(input.suggest_memory_format());
+  query.weight_format = static_cast<int8_t>(weight.suggest_memory_format());
+  query.dim = static_cast<int8_t>(input.dim());
+  query.device = static_cast<int8_t>(input.device().index());
+  query.transposed = transposed;
+  query.has_bias = bias_sizes.has_value();
+  query.cudnn_enabled = at::globalContext().userEnabledCuDNN();
+  query.groups = groups;
+  std::copy(input.sizes().begin(), input.sizes().end(), query.input.begin());
+  std::copy(weight.sizes().begin(), weight.sizes().end(), query.weight.begin());
+  std::copy(params.stride.begin(), params.stride.end(), query.stride.begin());
+  std::copy(params.padding.begin(), params.padding.end(), query.padding.begin());
+  std::copy(params.dilation.begin(), params.dilation.end(), query.dilation.begin());
+  std::copy(params.output_padding.begin(), params.output_padding.end(), query.output_padding.begin());
+  return query;
+}
+
+bool select_cudnn_backend(const at::Tensor& input, const at::Tensor& weight,
+                          at::OptionalIntArrayRef bias_sizes, const BackwardParams& params,
+                          bool transposed, int64_t groups) {
   const auto backend = at::native::select_conv_backend(
       input, weight, std::nullopt, c10::fromIntArrayRefSlow(params.stride),
       c10::fromIntArrayRefSlow(params.padding), c10::fromIntArrayRefSlow(params.dilation),
@@ -83,6 +130,20 @@ bool stock_runs_cudnn(const at::Tensor& input, const at::Tensor& weight,
                  : at::OptionalSymIntArrayRef(std::nullopt));
   return backend == at::native::ConvBackend::Cudnn ||
          backend == at::native::ConvBackend::CudnnTranspose;
+}
+
+// Whether stock's backward would run cuDNN for this call. ATen's answer is a
+// function of the BackendQuery alone, so each thread asks ATen once per query
+// (select_conv_backend costs microseconds on every backward call otherwise).
+bool stock_runs_cudnn(const at::Tensor& input, const at::Tensor& weight,
+                      at::OptionalIntArrayRef bias_sizes, const BackwardParams& params,
+                      bool transposed, int64_t groups) {
+  thread_local std::unordered_map<BackendQuery, bool, BackendQueryHash> answers;
+  const auto query = backend_query(input, weight, bias_sizes, params, transposed, groups);
+  if (const auto it = answers.find(query); it != answers.end()) return it->second;
+  const bool cudnn = select_cudnn_backend(input, weight, bias_sizes, params, transposed, groups);
+  answers.emplace(query, cudnn);
+  return cudnn;
 }
 
 // Prepends the H=1 dimension's value to a 1-d parameter list.

@@ -19,19 +19,22 @@ bool ConvKey::operator==(const ConvKey& other) const {
   return std::memcmp(this, &other, sizeof(ConvKey)) == 0;
 }
 
-size_t ConvKeyHash::operator()(const ConvKey& key) const {
+size_t hash_key_words(const void* key, size_t bytes) {
   // Word-wise multiply-xorshift over the (zero-padded) key: on every call, so
   // 8 bytes per step rather than FNV's one.
-  static_assert(sizeof(ConvKey) % sizeof(uint64_t) == 0, "ConvKey is hashed in 8-byte words");
-  uint64_t words[sizeof(ConvKey) / sizeof(uint64_t)];
-  std::memcpy(words, &key, sizeof(ConvKey));
+  TORCH_INTERNAL_ASSERT(bytes % sizeof(uint64_t) == 0, "keys are hashed in 8-byte words");
+  const auto* data = static_cast<const unsigned char*>(key);
   uint64_t hash = 0x9E3779B97F4A7C15ull;
-  for (const uint64_t word : words) {
+  for (size_t offset = 0; offset < bytes; offset += sizeof(uint64_t)) {
+    uint64_t word;
+    std::memcpy(&word, data + offset, sizeof(word));
     hash = (hash ^ word) * 0xBF58476D1CE4E5B9ull;
     hash ^= hash >> 31;
   }
   return static_cast<size_t>(hash);
 }
+
+static_assert(sizeof(ConvKey) % sizeof(uint64_t) == 0, "ConvKey is hashed in 8-byte words");
 
 namespace {
 

@@ -51,8 +51,11 @@ struct ConvKey {
   bool operator==(const ConvKey& other) const;
 };
 
+// Word-wise hash of a zero-padded plain-old-data key (`bytes` a multiple of 8).
+size_t hash_key_words(const void* key, size_t bytes);
+
 struct ConvKeyHash {
-  size_t operator()(const ConvKey& key) const;
+  size_t operator()(const ConvKey& key) const { return hash_key_words(&key, sizeof(key)); }
 };
 
 // The dtypes cuDNN convolves; ATen rejects the others with its own message.

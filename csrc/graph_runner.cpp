@@ -13,6 +13,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 // Built with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING, the frontend calls cuDNN
 // through this handle (see bind_frontend_to_cudnn).
@@ -201,14 +202,16 @@ struct Listed {
   const char* source;
 };
 
-// Heuristics A, B, then the fallback list, deduplicated by name.
-std::vector<Listed> enumerate(ConvGraph& graph) {
+// Heuristics A, B (unless `with_mode_b` is false: its query is the slow one),
+// then the fallback list, deduplicated by name.
+std::vector<Listed> enumerate(ConvGraph& graph, bool with_mode_b = true) {
   std::vector<Listed> listed;
   std::set<std::string> seen;
   const std::pair<fe::HeurMode_t, const char*> modes[] = {
       {fe::HeurMode_t::A, "heuristics_a"}, {fe::HeurMode_t::B, "heuristics_b"},
       {fe::HeurMode_t::FALLBACK, "fallback"}};
   for (const auto& [mode, source] : modes) {
+    if (mode == fe::HeurMode_t::B && !with_mode_b) continue;
     const int64_t before = graph.get_execution_plan_count();
     if (graph.create_execution_plans({mode}).is_bad()) continue;  // a mode may offer nothing
     for (int64_t i = before; i < graph.get_execution_plan_count(); ++i) {
@@ -280,7 +283,47 @@ bool matches(const EngineName& wanted, const std::string& tag) {
          (wanted.bare || wanted.knobs == candidate->knobs);
 }
 
+std::unordered_map<fe::KnobType_t, int64_t> frontend_knobs(const EngineName& name) {
+  std::unordered_map<fe::KnobType_t, int64_t> knobs;
+  for (const auto& [id, value] : name.knobs) {
+    knobs[fe::convert_from_backend_knob_type(static_cast<cudnnBackendKnobType_t>(id))] = value;
+  }
+  return knobs;
+}
+
+// An exact configuration (engine and knobs) built straight from its name,
+// without a heuristics query: what the tuner builds dozens of per
+// configuration. Returns nullptr unless the plan is built and passes the rules;
+// the caller then takes the slow path, which also names the alternatives.
+std::shared_ptr<GraphPlan> build_exact_graph_plan(const ConvKey& key, const EngineName& wanted) {
+  auto plan = std::make_shared<GraphPlan>();
+  plan->key = key;
+  try {
+    plan->graph = make_graph(key, current_cudnn_handle());
+  } catch (const c10::Error&) {
+    return nullptr;
+  }
+  ConvGraph& graph = *plan->graph;
+  if (graph.create_execution_plan(wanted.engine, frontend_knobs(wanted)).is_bad()) return nullptr;
+  const int64_t index = graph.get_execution_plan_count() - 1;
+  if (index < 0 || !precision_refusal(key, graph.numerical_notes_at(index)).empty() ||
+      graph.build_plan_at_index(index).is_bad()) {
+    return nullptr;
+  }
+  int64_t workspace = 0;
+  if (graph.get_workspace_size_plan_at_index(index, workspace).is_bad() || workspace < 0) {
+    return nullptr;
+  }
+  if (graph.get_plan_name_at_index(index, plan->choice).is_bad()) plan->choice = wanted.canonical;
+  plan->workspace_bytes = static_cast<size_t>(workspace);
+  plan->plan_index = index;
+  return plan;
+}
+
 std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineName& wanted) {
+  if (!wanted.bare) {
+    if (auto exact = build_exact_graph_plan(key, wanted)) return exact;
+  }
   auto plan = std::make_shared<GraphPlan>();
   plan->key = key;
   plan->choice = wanted.canonical;
@@ -301,11 +344,7 @@ std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineNam
     index = found->index;
   } else {
     // Not offered by the heuristics: ask cuDNN for that engine (and knobs) directly.
-    std::unordered_map<fe::KnobType_t, int64_t> knobs;
-    for (const auto& [id, value] : wanted.knobs) {
-      knobs[fe::convert_from_backend_knob_type(static_cast<cudnnBackendKnobType_t>(id))] = value;
-    }
-    if (graph.create_execution_plan(wanted.engine, knobs).is_good()) {
+    if (graph.create_execution_plan(wanted.engine, frontend_knobs(wanted)).is_good()) {
       index = graph.get_execution_plan_count() - 1;
     }
   }
@@ -435,6 +474,35 @@ std::vector<EngineCandidate> list_engine_candidates(const ConvKey& key) {
     candidates.push_back(std::move(candidate));
   }
   return candidates;
+}
+
+std::vector<EngineCandidate> heuristic_engine_candidates(const ConvKey& key) {
+  auto graph = make_graph(key, current_cudnn_handle());
+  std::vector<EngineCandidate> candidates;
+  for (const auto& listed : enumerate(*graph, /*with_mode_b=*/false)) {
+    EngineCandidate candidate;
+    candidate.name = listed.name;
+    candidate.source = listed.source;
+    candidate.numerical_notes = graph->numerical_notes_at(listed.index);
+    candidate.behavior_notes = graph->behavior_notes_at(listed.index);
+    candidate.refusal = precision_refusal(key, candidate.numerical_notes);
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
+std::vector<KnobRange> engine_knob_ranges(const ConvKey& key, int64_t engine) {
+  auto graph = make_graph(key, current_cudnn_handle());
+  std::vector<fe::Knob> knobs;
+  std::vector<KnobRange> ranges;
+  if (graph->get_knobs_for_engine(engine, knobs).is_bad()) return ranges;
+  for (const auto& knob : knobs) {
+    cudnnBackendKnobType_t backend_type;
+    if (fe::convert_to_backend_knob_type(knob.type, backend_type) != CUDNN_STATUS_SUCCESS) continue;
+    ranges.push_back({static_cast<int64_t>(backend_type), knob.minValue, knob.maxValue,
+                      std::max<int64_t>(1, knob.stride)});
+  }
+  return ranges;
 }
 
 }  // namespace torch_cudnn_algo

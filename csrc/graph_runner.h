@@ -51,4 +51,21 @@ struct EngineCandidate {
 // its workspace and whether cuDNN can build it); nothing is executed.
 std::vector<EngineCandidate> list_engine_candidates(const ConvKey& key);
 
+// What the "fastest" tuner starts from: heuristics mode A's configurations in
+// its ranking order, then the fallback list, deduplicated; notes and the rules'
+// refusal filled in, no plan built (workspace stays -1). Mode B is left out: its
+// query costs more than the plans it would add are worth here.
+std::vector<EngineCandidate> heuristic_engine_candidates(const ConvKey& key);
+
+// One tunable knob of an engine: values min, min + step, ..., max.
+struct KnobRange {
+  int64_t id;  // cuDNN backend knob type, as in configuration names ("k2")
+  int64_t min;
+  int64_t max;
+  int64_t step;
+};
+
+// The knobs `engine` exposes for key's problem (empty if the engine does not apply).
+std::vector<KnobRange> engine_knob_ranges(const ConvKey& key, int64_t engine);
+
 }  // namespace torch_cudnn_algo

@@ -2,6 +2,7 @@
 // The Python package wraps these; they are not meant to be called directly.
 #include "common.h"
 #include "cudnn_handle.h"
+#include "fastest_tuner.h"
 #include "graph_runner.h"
 #include "conv_key.h"
 #include "legacy_algorithms.h"
@@ -14,6 +15,7 @@
 #include <torch/library.h>
 
 #include <tuple>
+#include <unordered_map>
 
 namespace torch_cudnn_algo {
 namespace {
@@ -70,6 +72,28 @@ bool get_profile() {
 
 bool set_thread_bypass(bool bypass) {
   return exchange_bypass(bypass);
+}
+
+std::vector<std::string> tuning_log_op() {
+  return tuning_log_entries();
+}
+
+void set_knob_search_op(bool enabled) {
+  set_knob_search(enabled);
+}
+
+bool get_knob_search() {
+  return knob_search_enabled();
+}
+
+double tuner_tolerance_op(const std::string& dtype, bool allow_tf32) {
+  static const std::unordered_map<std::string, at::ScalarType> dtypes = {
+      {"float16", at::kHalf}, {"bfloat16", at::kBFloat16}, {"float32", at::kFloat},
+      {"float64", at::kDouble}};
+  const auto it = dtypes.find(dtype);
+  TORCH_CHECK_VALUE(it != dtypes.end(), "torch_cudnn_algo: no tuner tolerance for dtype '", dtype,
+                    "'; expected float16, bfloat16, float32 or float64");
+  return tuner_tolerance(it->second, allow_tf32);
 }
 
 int64_t profile_decision_count_op() {
@@ -329,6 +353,10 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
   m.def("get_profile() -> bool", &get_profile);
   m.def("set_thread_bypass(bool bypass) -> bool", &set_thread_bypass);
   m.def("profile_decision_count() -> int", &profile_decision_count_op);
+  m.def("tuning_log() -> str[]", &tuning_log_op);
+  m.def("set_knob_search(bool enabled) -> ()", &set_knob_search_op);
+  m.def("get_knob_search() -> bool", &get_knob_search);
+  m.def("tuner_tolerance(str dtype, bool allow_tf32) -> float", &tuner_tolerance_op);
   m.def(
       "conv_request(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
       "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "

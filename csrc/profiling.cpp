@@ -1,5 +1,6 @@
 #include "profiling.h"
 
+#include "fastest_tuner.h"
 #include "python_bridge.h"
 
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -33,14 +34,27 @@ void record(const ConvKey& key, std::shared_ptr<const Choice> choice) {
   decisions()[key] = Decision{true, std::move(choice)};
 }
 
+// The "fastest" tuner's pick; a tuner failure is one warning and the stock path.
+std::shared_ptr<const Choice> tuned_or_stock(const ConvKey& key) {
+  try {
+    return tune_fastest(key);
+  } catch (const c10::Error& error) {
+    warn_to_python(std::string("torch_cudnn_algo: tuning failed (") + error.what_without_backtrace() +
+                   "); running PyTorch's own choice for this configuration: " + describe_conv(key));
+    return nullptr;
+  }
+}
+
 }  // namespace
 
-std::shared_ptr<const Choice> profiled_choice(ConvKey key) {
+std::shared_ptr<const Choice> profiled_choice(ConvKey key, bool* settled) {
   key.algo = kNoChoice;
+  *settled = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     const auto it = decisions().find(key);
     if (it != decisions().end()) {
+      *settled = it->second.done;
       return it->second.choice;  // nullptr while another thread profiles it
     }
     // Never time anything while a CUDA graph is being captured: the kernels
@@ -55,9 +69,14 @@ std::shared_ptr<const Choice> profiled_choice(ConvKey key) {
   try {
     // The profiler's own reference and stock timings must not come back here.
     const BypassGuard bypass;
-    const auto answer = call_python_profiler(python_request(key), describe_conv(key));
-    if (answer && !answer->empty()) {
-      choice = choice_from_flag_value(*answer);
+    if (profile_mode()) {
+      // conv_profile: the full table (every candidate, logged) decides.
+      const auto answer = call_python_profiler(python_request(key), describe_conv(key));
+      if (answer && !answer->empty()) {
+        choice = choice_from_flag_value(*answer);
+      }
+    } else {
+      choice = tuned_or_stock(key);
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -65,12 +84,17 @@ std::shared_ptr<const Choice> profiled_choice(ConvKey key) {
     throw;
   }
   record(key, choice);
+  *settled = true;
   return choice;
 }
 
 void clear_profile_decisions() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  decisions().clear();
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    decisions().clear();
+  }
+  clear_tuning_log();
+  invalidate_selections();  // the threads' memos hold the old picks' plans
 }
 
 size_t profile_decision_count() {

@@ -14,7 +14,9 @@ namespace torch_cudnn_algo {
 // profiling the configuration first if it is new. nullptr means the stock path:
 // no candidate qualified, profiling failed, or the configuration is new but
 // cannot be profiled now (CUDA graph capture, or another thread is profiling it).
-std::shared_ptr<const Choice> profiled_choice(ConvKey key);
+// `*settled` says whether the answer is final for this configuration (false in
+// those last two cases: a later call decides).
+std::shared_ptr<const Choice> profiled_choice(ConvKey key, bool* settled);
 
 // Forgets every decision: the next call per configuration profiles again.
 void clear_profile_decisions();

@@ -13,6 +13,7 @@
 #include <cctype>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 
 namespace torch_cudnn_algo {
@@ -26,6 +27,8 @@ std::atomic<bool> g_profile{false};
 // Relaxed counters: one uncontended-in-practice increment per pinned call.
 std::array<std::atomic<int64_t>, kNumDirections> g_run_counts{};
 thread_local bool t_bypass = false;
+// Bumped (after the change) by everything that can alter a select_plan outcome.
+std::atomic<uint64_t> g_selection_epoch{0};
 // Serializes writers so the registered overrides always match the last write.
 std::mutex g_write_mutex;
 
@@ -39,8 +42,10 @@ void publish(Direction direction, std::shared_ptr<const Choice> choice) {
       log_lines = sync_overrides();
     } catch (...) {
       std::atomic_store(&slot, std::move(previous));
+      invalidate_selections();
       throw;
     }
+    invalidate_selections();
   }
   // Logged after unlocking: logging takes the GIL, and a Python thread holding
   // the GIL may be waiting for g_write_mutex.
@@ -168,9 +173,47 @@ std::optional<c10::DataPtr> allocate_or_refuse(const Plan& plan, const Choice& c
   return std::nullopt;
 }
 
+// A thread's memo of final select_plan outcomes: the plan to run with the
+// choice it came from, or no plan (the stock path, refusals already reported).
+struct Selection {
+  std::shared_ptr<const Choice> choice;
+  std::shared_ptr<const Plan> plan;
+};
+
+struct SelectionMemo {
+  uint64_t epoch = 0;
+  std::unordered_map<ConvKey, Selection, ConvKeyHash> outcomes;
+};
+
+// Leaked per thread: the memo holds plans, whose cuDNN objects must not be
+// destroyed by a thread-exit destructor running after cuDNN unloaded.
+SelectionMemo& selection_memo() {
+  thread_local SelectionMemo* memo = new SelectionMemo{~uint64_t{0}, {}};
+  const uint64_t epoch = g_selection_epoch.load(std::memory_order_acquire);
+  if (memo->epoch != epoch) {
+    memo->outcomes.clear();
+    memo->epoch = epoch;
+  }
+  return *memo;
+}
+
+// The plan with its workspace, or empty after the refusal rule when the
+// allocator cannot supply it.
+SelectedPlan with_workspace(std::shared_ptr<const Plan> plan, const Choice& choice) {
+  auto workspace = allocate_or_refuse(*plan, choice);
+  if (!workspace) {
+    return {};
+  }
+  return {std::move(plan), std::move(*workspace)};
+}
+
 // The pinned (or policy-picked) `choice` on `key`: its plan with its workspace if
-// it may run, else empty after the refusal rule.
-SelectedPlan runnable_plan(const Choice& choice, const ConvKey& key, bool picked_by_policy) {
+// it may run, else empty after the refusal rule. `*memo` receives the outcome
+// unless it can change on a later call (a workspace that could not be allocated
+// now; a strict-mode refusal raises instead).
+SelectedPlan runnable_plan(const std::shared_ptr<const Choice>& choice_ptr, const ConvKey& key,
+                           bool picked_by_policy, Selection* memo) {
+  const Choice& choice = *choice_ptr;
   auto plan = plan_for_choice(choice, key);
   if (!plan->refusal.empty()) {
     handle_refusal(*plan, choice);
@@ -179,6 +222,7 @@ SelectedPlan runnable_plan(const Choice& choice, const ConvKey& key, bool picked
   if (!within_workspace_limit(*plan, choice)) {
     return {};
   }
+  *memo = Selection{choice_ptr, plan};
   auto workspace = allocate_or_refuse(*plan, choice);
   if (!workspace) {
     return {};
@@ -235,6 +279,7 @@ bool strict_mode() {
 
 void set_strict_mode(bool strict) {
   g_strict.store(strict);
+  invalidate_selections();  // refusals memoized as "stock" must raise now
 }
 
 void set_pinned_policy(Direction direction, const std::string& policy) {
@@ -270,6 +315,7 @@ void set_workspace_limit(int64_t bytes) {
   if (g_workspace_limit.exchange(bytes) != bytes) {
     clear_profile_decisions();  // the policy's picks were made under the old limit
   }
+  invalidate_selections();
 }
 
 bool profile_mode() {
@@ -278,6 +324,7 @@ bool profile_mode() {
 
 void set_profile_mode(bool enabled) {
   g_profile.store(enabled);
+  invalidate_selections();  // configurations memoized before must be profiled now
   resync_overrides();
 }
 
@@ -326,21 +373,37 @@ std::array<int64_t, kNumDirections> pinned_run_counts() {
   return counts;
 }
 
+void invalidate_selections() {
+  g_selection_epoch.fetch_add(1, std::memory_order_acq_rel);
+}
+
 SelectedPlan select_plan(ConvKey key) {
   if (bypassed()) {
     return {};
   }
+  SelectionMemo& memo = selection_memo();
+  if (const auto it = memo.outcomes.find(key); it != memo.outcomes.end()) {
+    const Selection& known = it->second;
+    return known.plan ? with_workspace(known.plan, *known.choice) : SelectedPlan{};
+  }
   const auto pinned = pinned_choice(key.dir());
   const bool policy = pinned && pinned->fastest;
   std::shared_ptr<const Choice> choice = pinned;
+  bool settled = true;
   if (policy || profile_mode()) {
-    auto pick = profiled_choice(key);
+    auto pick = profiled_choice(key, &settled);
     if (policy) choice = std::move(pick);
   }
   if (!choice) {
+    if (settled) memo.outcomes.emplace(key, Selection{});
     return {};
   }
-  return runnable_plan(*choice, key, policy);
+  Selection outcome;
+  auto selected = runnable_plan(choice, key, policy, &outcome);
+  // A refusal (already reported) is as final as a runnable plan; a workspace
+  // the allocator could not supply now is not.
+  if (settled && (selected || !outcome.plan)) memo.outcomes.emplace(key, std::move(outcome));
+  return selected;
 }
 
 }  // namespace torch_cudnn_algo

@@ -101,8 +101,15 @@ struct SelectedPlan {
 // <choice> is set"; a refusal (unsupported, a determinism/TF32 rule, over the
 // workspace limit, a workspace the allocator cannot supply) raises (strict, with
 // the parameters and a Python repro) or warns once per configuration, and the
-// caller then runs the stock path.
+// caller then runs the stock path. Each thread memoizes the outcome per
+// configuration once it is final, so later calls cost one hash lookup: no lock,
+// no re-selection, no allocation but the workspace.
 SelectedPlan select_plan(ConvKey key);
+
+// Forgets every thread's memo of select_plan's outcomes (see select_plan): called
+// by every change that can alter one (choices, strict, limit, profile mode,
+// decisions and plan caches cleared).
+void invalidate_selections();
 
 // Per direction, how many calls ran a pinned or policy-picked plan through the
 // overrides since the process started: what tests use to tell "our algorithm

@@ -249,3 +249,36 @@ def test_legacy_algorithm_names():
     assert torch_cudnn_algo.legacy_algorithm_names()[1] == "IMPLICIT_PRECOMP_GEMM"
     with pytest.raises(ValueError, match="unknown direction"):
         torch_cudnn_algo.legacy_algorithm_names("up")
+
+
+def test_knob_search_flag_takes_bools_and_reaches_the_extension():
+    assert cudnn.conv_knob_search is False
+    cudnn.conv_knob_search = True
+    assert torch.ops.torch_cudnn_algo.get_knob_search()
+    with pytest.raises(ValueError, match="conv_knob_search must be True or False"):
+        cudnn.conv_knob_search = "yes"
+    assert cudnn.conv_knob_search is True
+    with torch_cudnn_algo.flags(conv_knob_search=False):
+        assert not torch.ops.torch_cudnn_algo.get_knob_search()
+    assert torch.ops.torch_cudnn_algo.get_knob_search()
+    cudnn.conv_knob_search = False
+    assert not torch.ops.torch_cudnn_algo.get_knob_search()
+    # Not a choice: no override is registered for it.
+    assert torch_cudnn_algo.active_overrides() == []
+
+
+@pytest.mark.parametrize("name", sorted(torch_cudnn_algo.TOLERANCES))
+def test_tuner_and_profile_table_tolerances_agree(name):
+    dtype, _, math = name.partition("+")
+    assert torch.ops.torch_cudnn_algo.tuner_tolerance(dtype, math == "tf32") == torch_cudnn_algo.TOLERANCES[name]
+
+
+def test_tuner_tolerance_rejects_unknown_dtypes():
+    with pytest.raises(ValueError, match="no tuner tolerance for dtype 'int8'"):
+        torch.ops.torch_cudnn_algo.tuner_tolerance("int8", False)
+
+
+def test_tuning_log_starts_empty_and_clear_cache_empties_it():
+    assert torch_cudnn_algo.tuning_log() == []
+    torch_cudnn_algo.clear_cache()
+    assert torch_cudnn_algo.tuning_log() == []

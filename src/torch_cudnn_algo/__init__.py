@@ -28,6 +28,7 @@ from ._queries import (
     legacy_algorithm_names,
     legacy_workspace_sizes,
     pinned_run_counts,
+    tuning_log,
 )
 from ._table import TOLERANCES, ProfileRow, ProfileTable, choose_fastest, tolerance_for
 
@@ -55,6 +56,7 @@ __all__ = [
     "pinned_run_counts",
     "profile",
     "tolerance_for",
+    "tuning_log",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -155,6 +155,11 @@ def _apply_profile(value: object) -> None:
         _extension.ops().set_profile(value)
 
 
+def _apply_knob_search(value: object) -> None:
+    if not _warn_if_inert("conv_knob_search", value, False):
+        _extension.ops().set_knob_search(value)
+
+
 FLAGS: dict[str, Flag] = {
     flag.name: flag
     for flag in (
@@ -195,6 +200,18 @@ FLAGS: dict[str, Flag] = {
             doc=(
                 "Profile every candidate of each new cuDNN convolution configuration once and log "
                 "its table (logger 'torch_cudnn_algo', INFO) before the configuration runs."
+            ),
+        ),
+        Flag(
+            name="conv_knob_search",
+            default=False,
+            parse=_parse_bool("conv_knob_search"),
+            parse_env=_parse_env_bool("conv_knob_search"),
+            apply=_apply_knob_search,
+            doc=(
+                "Let the 'fastest' policy also search the knob values of its best engines beyond "
+                "the configurations cuDNN's heuristics list (up to about 2 s more per "
+                "configuration). Changing it forgets the policy's decisions."
             ),
         ),
     )
@@ -288,6 +305,7 @@ def flags(
     conv_algo_strict: object = _UNSET,
     conv_workspace_limit: object = _UNSET,
     conv_profile: object = _UNSET,
+    conv_knob_search: object = _UNSET,
 ) -> Iterator[None]:
     """Sets flags for the duration of a ``with`` block, like ``torch.backends.cudnn.flags``.
 
@@ -301,6 +319,7 @@ def flags(
         "conv_algo_strict": conv_algo_strict,
         "conv_workspace_limit": conv_workspace_limit,
         "conv_profile": conv_profile,
+        "conv_knob_search": conv_knob_search,
     }
     requested = {name: value for name, value in given.items() if value is not _UNSET}
     parsed = {name: FLAGS[name].parse(value) for name, value in requested.items()}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,9 +57,28 @@ def pinned_run_counts() -> dict[str, int]:
 
 
 def clear_cache() -> None:
-    """Forgets every cached plan: the next call per configuration rebuilds it and
-    logs (or warns) again."""
+    """Forgets every cached plan and every ``"fastest"`` decision (with the
+    :func:`tuning_log`): the next call per configuration rebuilds (or tunes)
+    it and logs (or warns) again."""
     _extension.ops().clear_plan_cache()
+
+
+def tuning_log() -> list[dict[str, object]]:
+    """What the ``"fastest"`` policy decided, one dict per configuration it tuned
+    since the decisions were last forgotten (:func:`clear_cache`, or a change of
+    ``conv_workspace_limit`` or ``conv_knob_search``), in order:
+
+    ``direction``, ``conv`` (the convolution's description), ``dtype``,
+    ``deterministic``, ``pick`` (engine configuration name, or None: stock's
+    own path runs), ``stock_config`` (the configuration stock itself runs),
+    ``pick_ms`` and ``stock_config_ms`` (median GPU ms per call as the tuner
+    timed them, side by side), ``candidates`` (configurations the heuristics
+    offered under the rules), ``timed``, ``knob_configs`` (configurations
+    ``conv_knob_search`` tried beyond them), ``seconds`` (tuning time),
+    ``workspace`` (bytes of the pick), ``max_rel_error`` (the pick's error
+    against float64, when it was checked; stock's configuration is not).
+    """
+    return [json.loads(entry) for entry in _extension.ops().tuning_log()]
 
 
 def cudnn_version() -> int:

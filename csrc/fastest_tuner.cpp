@@ -1,0 +1,543 @@
+#include "fastest_tuner.h"
+
+#include "cudnn_handle.h"
+#include "graph_runner.h"
+#include "plan.h"
+#include "profiling.h"
+#include "python_bridge.h"
+
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/core/Event.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/env.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace torch_cudnn_algo {
+namespace {
+
+// Heuristics A's first entries timed in the first round: stock's benchmark
+// mode times ten of this list, so everything stock could find is covered.
+constexpr size_t kFirstRoundCandidates = 12;
+constexpr int kFirstRoundReps = 3;
+// Best first-round candidates re-timed with stock's configuration.
+constexpr size_t kFinalists = 3;
+constexpr int kFinalReps = 7;
+// A pick must beat stock's configuration by this much (relative) to replace it:
+// below it, the difference is within the timing noise of a few calls.
+constexpr double kMinGain = 0.01;
+// conv_knob_search: engines searched and the time allowed per configuration.
+constexpr size_t kKnobSearchEngines = 2;
+constexpr double kKnobSearchSeconds = 2.0;
+// Values tried per knob: a knob with a wider range is sampled evenly.
+constexpr int64_t kMaxValuesPerKnob = 12;
+// Spin ahead of a timed batch, per call: more than the host needs to enqueue
+// one call and its two events, so the GPU never waits for the host.
+constexpr int64_t kSpinCyclesPerCall = 80'000;  // ~40 us at H100 clocks
+
+std::atomic<bool> g_knob_search{false};
+std::mutex g_log_mutex;
+
+std::vector<std::string>& log_entries() {
+  static auto* entries = new std::vector<std::string>();  // leaked, like the caches
+  return *entries;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct Candidate {
+  std::string name;  // canonical engine configuration name
+  std::shared_ptr<const Plan> plan;  // null until built, or when cuDNN cannot build it
+  std::vector<double> samples_ms;
+  bool is_stock_config = false;
+
+  bool runnable() const { return plan && plan->refusal.empty(); }
+  double median_ms() const {
+    if (samples_ms.empty()) return std::numeric_limits<double>::infinity();
+    std::vector<double> sorted = samples_ms;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    return sorted[sorted.size() / 2];
+  }
+};
+
+size_t build_threads() {
+  if (const auto text = c10::utils::get_env("TORCH_CUDNN_ALGO_TUNE_THREADS")) {
+    try {
+      return std::max(1, std::stoi(*text));
+    } catch (const std::exception&) {
+      TORCH_WARN_ONCE("torch_cudnn_algo: ignoring TORCH_CUDNN_ALGO_TUNE_THREADS=", *text,
+                      " (expected a positive integer)");
+    }
+  }
+  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+}
+
+// Builds the plans of candidates[first..] in parallel threads, each with its own
+// cuDNN handle; a plan that cannot be built stays null. Plans land in the plan
+// cache, so the pick runs later without being built again.
+void build_plans(const ConvKey& key, std::vector<Candidate>& candidates, size_t first) {
+  std::atomic<size_t> next{first};
+  const auto work = [&] {
+    const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
+    for (size_t i = next++; i < candidates.size(); i = next++) {
+      try {
+        bool created = false;
+        candidates[i].plan = get_graph_plan(key, candidates[i].name, &created);
+      } catch (const std::exception&) {
+        candidates[i].plan = nullptr;  // cuDNN cannot build it: not a candidate
+      }
+    }
+  };
+  const size_t threads = std::min(build_threads(), candidates.size() - std::min(first, candidates.size()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+}
+
+// Random operands of the cuDNN problem x (*) w = y in the key's layout, and
+// the output of key's direction: fwd (x, w) -> y; bwd_data (y, w) -> x;
+// bwd_filter (x, y) -> w.
+struct Operands {
+  at::Tensor x, w, y;
+  at::Tensor a, b, out;
+};
+
+Operands make_operands(const ConvKey& key) {
+  const auto options = at::TensorOptions()
+                           .dtype(key.scalar_type())
+                           .device(at::kCUDA, static_cast<c10::DeviceIndex>(key.device))
+                           .memory_format(key.format());
+  Operands o;
+  o.x = at::empty(key.input(), options).normal_();
+  o.w = at::empty(key.weight(), options).normal_();
+  o.y = at::empty(key.output(), options).normal_();
+  switch (key.dir()) {
+    case Direction::kForward:
+      o.a = o.x, o.b = o.w, o.out = at::empty(key.output(), options);
+      break;
+    case Direction::kBackwardData:
+      o.a = o.y, o.b = o.w, o.out = at::empty(key.input(), options);
+      break;
+    case Direction::kBackwardFilter:
+      o.a = o.x, o.b = o.y, o.out = at::empty(key.weight(), options);
+      break;
+  }
+  return o;
+}
+
+std::vector<int64_t> spatial(const std::array<int64_t, kMaxSpatialDims>& values, const ConvKey& key) {
+  return {values.begin(), values.begin() + (key.dim - 2)};
+}
+
+// Stock PyTorch's result of key's direction in float64 on the same operands
+// (this thread is bypassed, so it never comes back to us).
+at::Tensor float64_reference(const ConvKey& key, const Operands& o) {
+  const auto x = o.x.to(at::kDouble), w = o.w.to(at::kDouble), y = o.y.to(at::kDouble);
+  const auto stride = spatial(key.stride, key), padding = spatial(key.padding, key),
+             dilation = spatial(key.dilation, key);
+  const std::vector<int64_t> zeros(key.dim - 2, 0);
+  if (key.dir() == Direction::kForward) {
+    return at::convolution(x, w, std::nullopt, stride, padding, dilation, false, zeros, key.groups);
+  }
+  const bool data = key.dir() == Direction::kBackwardData;
+  auto grads = at::convolution_backward(y, x, w, std::nullopt, stride, padding, dilation, false,
+                                        zeros, key.groups, {data, !data, false});
+  return data ? std::get<0>(grads) : std::get<1>(grads);
+}
+
+// max |out - ref| / max |ref|; NaN anywhere gives infinity.
+double max_relative_error(const at::Tensor& out, const at::Tensor& reference) {
+  const double scale = reference.abs().max().item().toDouble();
+  const double error = out.to(at::kDouble).sub(reference).abs().max().item().toDouble();
+  if (std::isnan(error)) return std::numeric_limits<double>::infinity();
+  return scale > 0 ? error / scale : error;
+}
+
+class Tuner {
+ public:
+  explicit Tuner(const ConvKey& key) : key_(key), started_(Clock::now()) {}
+
+  std::shared_ptr<const Choice> run();
+
+ private:
+  void collect_candidates();
+  bool within_limit(const Candidate& c) const;
+  void prepare_workspace();
+  std::vector<size_t> warm_up(std::vector<size_t> indices);
+  void time_interleaved(const std::vector<size_t>& indices, int reps);
+  std::vector<size_t> by_median(std::vector<size_t> indices) const;
+  void search_knobs(std::vector<size_t>& finalists);
+  bool accurate(size_t index);
+  void record(const Candidate* pick, size_t timed);
+
+  ConvKey key_;
+  Clock::time_point started_;
+  std::vector<Candidate> candidates_;
+  std::set<std::string> known_;  // every name in candidates_
+  std::optional<size_t> stock_config_;
+  Operands operands_;
+  c10::DataPtr workspace_;
+  size_t workspace_bytes_ = 0;
+  at::Tensor reference_;
+  size_t listed_ = 0;  // configurations the heuristics offered that the rules allow
+  size_t knob_configs_ = 0;
+  double pick_error_ = std::numeric_limits<double>::quiet_NaN();
+};
+
+void Tuner::collect_candidates() {
+  for (const auto& listed : heuristic_engine_candidates(key_)) {
+    if (!listed.refusal.empty()) continue;  // the determinism / TF32 rules
+    const auto name = parse_engine_name(listed.name).canonical;
+    if (known_.insert(name).second) candidates_.push_back({name});
+  }
+}
+
+bool Tuner::within_limit(const Candidate& c) const {
+  const int64_t limit = workspace_limit();
+  return limit < 0 || static_cast<int64_t>(c.plan->workspace_bytes) <= limit;
+}
+
+// One workspace for every timed call: the largest any runnable candidate needs.
+// A size the allocator cannot supply drops the candidates needing it.
+void Tuner::prepare_workspace() {
+  size_t needed = 0;
+  for (const auto& c : candidates_) {
+    if (c.runnable()) needed = std::max(needed, c.plan->workspace_bytes);
+  }
+  if (needed <= workspace_bytes_) return;
+  while (true) {
+    try {
+      workspace_ = allocate_workspace(needed);
+      workspace_bytes_ = needed;
+      return;
+    } catch (const c10::OutOfMemoryError&) {
+      for (auto& c : candidates_) {
+        if (c.runnable() && c.plan->workspace_bytes >= needed) c.plan = nullptr;
+      }
+      needed = 0;
+      for (const auto& c : candidates_) {
+        if (c.runnable()) needed = std::max(needed, c.plan->workspace_bytes);
+      }
+      if (needed <= workspace_bytes_) return;
+    }
+  }
+}
+
+// Runs each candidate once (module loading, lazy initialisation) and keeps the
+// ones that ran; a cuDNN error there drops the candidate.
+std::vector<size_t> Tuner::warm_up(std::vector<size_t> indices) {
+  prepare_workspace();
+  std::vector<size_t> ran;
+  for (const size_t i : indices) {
+    auto& c = candidates_[i];
+    if (!c.runnable()) continue;
+    try {
+      c.plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
+      ran.push_back(i);
+    } catch (const c10::Error&) {
+      c.plan = nullptr;
+    }
+  }
+  c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(key_.device)).synchronize();
+  return ran;
+}
+
+// `reps` rounds over `indices`, each call between two CUDA events, all queued
+// behind one spin kernel: GPU time only, and drift hits every candidate alike.
+void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
+  if (indices.empty()) return;
+  const auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(key_.device));
+  const size_t calls = indices.size() * static_cast<size_t>(reps);
+  std::vector<c10::Event> starts, ends;
+  starts.reserve(calls);
+  ends.reserve(calls);
+  for (size_t k = 0; k < calls; ++k) {
+    starts.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    ends.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+  }
+  at::cuda::sleep(kSpinCyclesPerCall * static_cast<int64_t>(calls));
+  size_t k = 0;
+  for (int r = 0; r < reps; ++r) {
+    for (const size_t i : indices) {
+      starts[k].record(stream);
+      candidates_[i].plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
+      ends[k].record(stream);
+      ++k;
+    }
+  }
+  ends.back().synchronize();
+  k = 0;
+  for (int r = 0; r < reps; ++r) {
+    for (const size_t i : indices) {
+      candidates_[i].samples_ms.push_back(starts[k].elapsedTime(ends[k]));
+      ++k;
+    }
+  }
+}
+
+std::vector<size_t> Tuner::by_median(std::vector<size_t> indices) const {
+  std::stable_sort(indices.begin(), indices.end(), [&](size_t l, size_t r) {
+    return candidates_[l].median_ms() < candidates_[r].median_ms();
+  });
+  return indices;
+}
+
+std::string config_name(int64_t engine, const std::vector<std::pair<int64_t, int64_t>>& knobs) {
+  std::string name = "eng" + std::to_string(engine);
+  for (const auto& [id, value] : knobs) name += "_k" + std::to_string(id) + "=" + std::to_string(value);
+  return name;
+}
+
+std::vector<int64_t> knob_values(const KnobRange& range) {
+  std::vector<int64_t> values;
+  const int64_t count = (range.max - range.min) / range.step + 1;
+  const int64_t stride = std::max<int64_t>(1, (count + kMaxValuesPerKnob - 1) / kMaxValuesPerKnob);
+  for (int64_t v = range.min; v <= range.max; v += range.step * stride) values.push_back(v);
+  return values;
+}
+
+// Coordinate descent over the knobs of the best engines: one knob at a time,
+// every value of its range (sampled when wide) built and timed against the
+// current best of that engine; an improvement of kMinGain is kept. Bounded by
+// kKnobSearchSeconds per configuration. Adds each engine's winner to `finalists`.
+void Tuner::search_knobs(std::vector<size_t>& finalists) {
+  const auto deadline = started_ + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(kKnobSearchSeconds));
+  std::set<int64_t> engines;
+  std::vector<size_t> seeds;
+  for (const size_t i : finalists) {
+    const auto engine = parse_engine_name(candidates_[i].name).engine;
+    if (engines.size() < kKnobSearchEngines && engines.insert(engine).second) seeds.push_back(i);
+  }
+  for (size_t best : seeds) {
+    const EngineName seed = parse_engine_name(candidates_[best].name);
+    for (const auto& range : engine_knob_ranges(key_, seed.engine)) {
+      if (Clock::now() > deadline) return;
+      const EngineName current = parse_engine_name(candidates_[best].name);
+      const auto slot = std::find_if(current.knobs.begin(), current.knobs.end(),
+                                     [&](const auto& knob) { return knob.first == range.id; });
+      if (slot == current.knobs.end()) continue;  // the name does not fix this knob
+      const size_t first_new = candidates_.size();
+      for (const int64_t value : knob_values(range)) {
+        auto knobs = current.knobs;
+        knobs[slot - current.knobs.begin()].second = value;
+        const auto name = config_name(current.engine, knobs);
+        if (known_.insert(name).second) candidates_.push_back({name});
+      }
+      if (candidates_.size() == first_new) continue;
+      build_plans(key_, candidates_, first_new);
+      std::vector<size_t> fresh;
+      for (size_t i = first_new; i < candidates_.size(); ++i) {
+        if (candidates_[i].runnable() && within_limit(candidates_[i])) fresh.push_back(i);
+      }
+      knob_configs_ += candidates_.size() - first_new;
+      fresh = warm_up(fresh);
+      if (fresh.empty()) continue;
+      fresh.push_back(best);
+      time_interleaved(fresh, kFirstRoundReps);
+      const size_t winner = by_median(fresh).front();
+      if (winner != best &&
+          candidates_[winner].median_ms() < candidates_[best].median_ms() * (1 - kMinGain)) {
+        best = winner;
+      }
+    }
+    if (std::find(finalists.begin(), finalists.end(), best) == finalists.end()) {
+      finalists.push_back(best);
+    }
+  }
+}
+
+bool Tuner::accurate(size_t index) {
+  if (!reference_.defined()) reference_ = float64_reference(key_, operands_);
+  candidates_[index].plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
+  pick_error_ = max_relative_error(operands_.out, reference_);
+  return pick_error_ <= tuner_tolerance(key_.scalar_type(), key_.allow_tf32);
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += (c == '\n' ? ' ' : c);
+  }
+  return out + "\"";
+}
+
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  std::ostringstream out;
+  out.precision(6);
+  out << value;
+  return out.str();
+}
+
+const char* dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kDouble: return "float64";
+    default: return "float32";
+  }
+}
+
+void Tuner::record(const Candidate* pick, size_t timed) {
+  const Candidate* stock = stock_config_ ? &candidates_[*stock_config_] : nullptr;
+  const double seconds = seconds_since(started_);
+  std::ostringstream entry;
+  entry << "{\"direction\": " << json_string(direction_name(key_.dir()))
+        << ", \"conv\": " << json_string(describe_conv(key_))
+        << ", \"dtype\": " << json_string(dtype_name(key_.scalar_type()))
+        << ", \"deterministic\": " << (key_.deterministic ? "true" : "false")
+        << ", \"pick\": " << (pick ? json_string(pick->name) : "null")
+        << ", \"stock_config\": " << (stock ? json_string(stock->name) : "null")
+        << ", \"pick_ms\": " << (pick ? json_number(pick->median_ms()) : "null")
+        << ", \"stock_config_ms\": " << (stock ? json_number(stock->median_ms()) : "null")
+        << ", \"candidates\": " << listed_ << ", \"timed\": " << timed
+        << ", \"knob_configs\": " << knob_configs_ << ", \"seconds\": " << json_number(seconds)
+        << ", \"workspace\": " << (pick ? std::to_string(pick->plan->workspace_bytes) : "null")
+        << ", \"max_rel_error\": " << json_number(pick_error_) << "}";
+  {
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    log_entries().push_back(entry.str());
+  }
+  std::ostringstream line;
+  line.precision(4);
+  line << "fastest: " << (pick ? pick->name : "stock's own path") << " ("
+       << (pick ? json_number(pick->median_ms()) : "-") << " ms) vs stock's configuration "
+       << (stock ? stock->name + " (" + json_number(stock->median_ms()) + " ms)" : "none") << "; "
+       << listed_ << " candidates, " << timed << " timed, "
+       << knob_configs_ << " knob configurations, tuned in " << json_number(seconds) << " s | "
+       << describe_conv(key_);
+  log_to_python(LogLevel::kDebug, line.str());
+}
+
+std::shared_ptr<const Choice> Tuner::run() {
+  key_.algo = kNoChoice;
+  collect_candidates();
+  listed_ = candidates_.size();
+  // Heuristics A's ranking decides what the first round times; the rest of the
+  // list (lower-ranked A entries, fallback) is built only if the first ones fail.
+  size_t considered = std::min(kFirstRoundCandidates, candidates_.size());
+  std::vector<Candidate> rest(candidates_.begin() + considered, candidates_.end());
+  candidates_.resize(considered);
+  build_plans(key_, candidates_, 0);
+  while (std::none_of(candidates_.begin(), candidates_.end(),
+                      [](const Candidate& c) { return c.runnable(); }) && !rest.empty()) {
+    const size_t first = candidates_.size();
+    const size_t take = std::min(kFirstRoundCandidates, rest.size());
+    candidates_.insert(candidates_.end(), rest.begin(), rest.begin() + take);
+    rest.erase(rest.begin(), rest.begin() + take);
+    build_plans(key_, candidates_, first);
+  }
+  // Stock runs the first configuration of heuristics A that builds (mode A comes
+  // first in the list; fallback entries follow it).
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (candidates_[i].runnable()) {
+      stock_config_ = i;
+      candidates_[i].is_stock_config = true;
+      break;
+    }
+  }
+  std::vector<size_t> eligible;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (candidates_[i].runnable() && within_limit(candidates_[i])) eligible.push_back(i);
+  }
+  // Stock's configuration is timed even over the workspace limit: it is the
+  // measure a pick must beat, though it cannot be picked then.
+  std::vector<size_t> timed = eligible;
+  if (stock_config_ && !within_limit(candidates_[*stock_config_])) timed.insert(timed.begin(), *stock_config_);
+  if (eligible.empty()) {
+    record(nullptr, 0);
+    return nullptr;
+  }
+  operands_ = make_operands(key_);
+  timed = warm_up(timed);
+  time_interleaved(timed, kFirstRoundReps);
+
+  std::vector<size_t> finalists;
+  for (const size_t i : by_median(timed)) {
+    if (finalists.size() < kFinalists && within_limit(candidates_[i])) finalists.push_back(i);
+  }
+  if (knob_search_enabled()) search_knobs(finalists);
+  if (stock_config_ && std::find(finalists.begin(), finalists.end(), *stock_config_) == finalists.end()) {
+    finalists.push_back(*stock_config_);
+  }
+  time_interleaved(finalists, kFinalReps);
+
+  const Candidate* stock = stock_config_ ? &candidates_[*stock_config_] : nullptr;
+  const bool stock_pickable = stock && within_limit(*stock);
+  const Candidate* pick = nullptr;
+  for (const size_t i : by_median(finalists)) {
+    const Candidate& c = candidates_[i];
+    if (!within_limit(c)) continue;
+    if (stock && &c != stock && c.median_ms() >= stock->median_ms() * (1 - kMinGain)) {
+      // Not clearly faster than stock's configuration: keep stock's.
+      pick = stock_pickable ? stock : nullptr;
+      break;
+    }
+    if (&c == stock || accurate(i)) {
+      pick = &c;
+      break;
+    }
+  }
+  record(pick, timed.size() + knob_configs_);
+  if (pick == nullptr) return nullptr;
+  auto choice = std::make_shared<Choice>();
+  choice->engine = pick->name;
+  return choice;
+}
+
+}  // namespace
+
+std::shared_ptr<const Choice> tune_fastest(const ConvKey& key) {
+  const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
+  return Tuner(key).run();
+}
+
+bool knob_search_enabled() {
+  return g_knob_search.load(std::memory_order_relaxed);
+}
+
+void set_knob_search(bool enabled) {
+  if (g_knob_search.exchange(enabled) != enabled) {
+    clear_profile_decisions();  // decisions were made with the other search
+  }
+}
+
+std::vector<std::string> tuning_log_entries() {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  return log_entries();
+}
+
+void clear_tuning_log() {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  log_entries().clear();
+}
+
+double tuner_tolerance(at::ScalarType dtype, bool allow_tf32) {
+  switch (dtype) {
+    case at::kHalf: return 1e-2;
+    case at::kBFloat16: return 5e-2;
+    case at::kDouble: return 1e-10;
+    default: return allow_tf32 ? 1e-2 : 1e-4;
+  }
+}
+
+}  // namespace torch_cudnn_algo

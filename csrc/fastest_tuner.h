@@ -1,0 +1,50 @@
+// The "fastest" policy's tuner: picks the engine configuration to run for one
+// convolution configuration in tens of milliseconds, entirely in C++ (no
+// Python, no GIL, no full profile table).
+//
+// Candidates are heuristics mode A's configurations in cuDNN's own ranking
+// (stock's benchmark mode times the first ten of the same list) plus the
+// fallback list; stock's own configuration (A's first usable one, what stock
+// runs without benchmark mode) is always among them. Each plan is built once,
+// in parallel threads, straight into the plan cache the pinned path reads.
+// Timing: CUDA events around single calls queued behind a spin kernel, so the
+// host's enqueue time never leaks into GPU time; a short first round, then the
+// finalists and stock's configuration re-timed together, interleaved. A pick
+// replaces stock's configuration only when measured at least 1% faster, and
+// only after its output matched a float64 reference within the dtype's
+// tolerance. With conv_knob_search, the best engines' knob spaces are searched
+// (one knob at a time, within a time budget) before the final round.
+#pragma once
+
+#include "conv_key.h"
+#include "selection.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_cudnn_algo {
+
+// The configuration to run for key's problem (key.algo ignored), or nullptr
+// for the stock path (nothing runnable, or nothing beat stock's configuration
+// and stock's configuration itself is not available). Must run outside CUDA
+// graph capture, with this thread bypassed (the float64 reference runs stock).
+// Errors propagate; the caller decides what a failed tuning means.
+std::shared_ptr<const Choice> tune_fastest(const ConvKey& key);
+
+// conv_knob_search: also search knob values the heuristics do not list.
+bool knob_search_enabled();
+void set_knob_search(bool enabled);
+
+// One JSON object per configuration tuned since the last clear, in order:
+// {"direction", "conv", "dtype", "deterministic", "pick", "stock_config",
+//  "pick_ms", "stock_config_ms", "candidates", "timed", "knob_configs",
+//  "seconds", "workspace", "max_rel_error"}.
+std::vector<std::string> tuning_log_entries();
+void clear_tuning_log();
+
+// The largest max |out - ref| / max |ref| (ref in float64) a pick may show;
+// the same values as torch_cudnn_algo.TOLERANCES (a CPU test compares them).
+double tuner_tolerance(at::ScalarType dtype, bool allow_tf32);
+
+}  // namespace torch_cudnn_algo

@@ -1,0 +1,151 @@
+"""GPU: the "fastest" policy's C++ tuner and the per-thread selection memo.
+
+Checked against what we did not write: stock PyTorch's own output (pinning the
+configuration the tuner names as stock's must reproduce it bit for bit) and a
+float64 reference (the pick's output); the memo against the contract's rules
+(a later strict flag, workspace limit or choice must take effect at once)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import torch_cudnn_algo
+from conv_cases import ConvForm, reference, reference_grads, relative_error
+from torch_cudnn_algo._algorithms import DIRECTIONS
+
+pytestmark = pytest.mark.gpu
+
+cudnn = torch.backends.cudnn
+FLAG = {key: spec.flag for key, spec in DIRECTIONS.items()}
+# A ResNet-style layer: enough work for engines to differ.
+FORM = ConvForm("tuner", (16, 64, 28, 28), (64, 64, 3, 3), padding=1)
+
+
+def operands(dtype=torch.float16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    fmt = torch.channels_last
+
+    def randn(shape):
+        return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).cuda().contiguous(memory_format=fmt)
+
+    return randn(FORM.input_shape), randn(FORM.weight_shape), randn((16, 64, 28, 28))
+
+
+def run_direction(direction, x, w, grad):
+    if direction == "fwd":
+        return torch.nn.functional.conv2d(x, w, padding=1)
+    mask = [direction == "bwd_data", direction == "bwd_filter", False]
+    out = torch.ops.aten.convolution_backward(grad, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+    return out[0] if direction == "bwd_data" else out[1]
+
+
+def float64_result(direction, x, w, grad):
+    if direction == "fwd":
+        return reference(FORM, x, w)
+    gx, gw = reference_grads(FORM, x, w, grad)
+    return gx if direction == "bwd_data" else gw
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_tuner_pick_matches_float64_and_never_loses_to_stocks_config(direction, deterministic):
+    x, w, grad = operands()
+    with torch.backends.cudnn.flags(enabled=True, deterministic=deterministic):
+        stock = run_direction(direction, x, w, grad)
+        with torch_cudnn_algo.flags(**{FLAG[direction]: "fastest"}):
+            picked = run_direction(direction, x, w, grad)
+            again = run_direction(direction, x, w, grad)
+        log = torch_cudnn_algo.tuning_log()
+        assert len(log) == 1, log
+        entry = log[0]
+        assert entry["direction"] == direction and entry["deterministic"] == deterministic
+        assert entry["candidates"] >= 2 and entry["timed"] >= 2 and entry["seconds"] < 30
+        # Stock's configuration, pinned, is stock: same kernel, same bits.
+        with torch_cudnn_algo.flags(**{FLAG[direction]: entry["stock_config"], "conv_algo_strict": True}):
+            assert torch.equal(run_direction(direction, x, w, grad), stock)
+        if entry["pick"] is not None and entry["pick"] != entry["stock_config"]:
+            assert entry["pick_ms"] < entry["stock_config_ms"], entry
+            assert entry["max_rel_error"] is not None
+        if deterministic and entry["pick"] is not None:
+            # The rules' view of the pick: pinned strictly, it must be allowed.
+            with torch_cudnn_algo.flags(**{FLAG[direction]: entry["pick"], "conv_algo_strict": True}):
+                run_direction(direction, x, w, grad)
+    expected = float64_result(direction, x, w, grad)
+    assert relative_error(picked, expected) < 1e-2
+    assert torch.equal(picked, again)
+
+
+def test_knob_search_tries_configurations_beyond_the_heuristics():
+    x, w, grad = operands(seed=1)
+    with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_knob_search=True):
+        out = run_direction("fwd", x, w, grad)
+    (entry,) = torch_cudnn_algo.tuning_log()
+    assert entry["knob_configs"] > 0, entry
+    assert relative_error(out, float64_result("fwd", x, w, grad)) < 1e-2
+    if entry["pick"] is not None and entry["pick"] != entry["stock_config"]:
+        assert entry["pick_ms"] < entry["stock_config_ms"], entry
+
+
+def test_fastest_on_float64_under_a_zero_workspace_limit_matches_stock():
+    # float64 under a zero workspace limit: few configurations qualify; whatever
+    # the tuner decides (a pick, or none), the output is stock's to fp64 precision.
+    x = torch.randn(2, 4, 9, 9, dtype=torch.float64, device="cuda")
+    w = torch.randn(6, 4, 3, 3, dtype=torch.float64, device="cuda")
+    stock = torch.nn.functional.conv2d(x, w)
+    with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_workspace_limit=0):
+        out = torch.nn.functional.conv2d(x, w)
+    torch.testing.assert_close(out, stock, rtol=1e-10, atol=1e-10)
+    assert len(torch_cudnn_algo.tuning_log()) == 1
+
+
+def test_memo_follows_a_later_strict_flag():
+    x, w, grad = operands(seed=2)
+    with torch.backends.cudnn.flags(enabled=True, deterministic=True):
+        cudnn.conv_bwd_filter_algo = 0  # non-deterministic: refused, stock runs
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_direction("bwd_filter", x, w, grad)
+            run_direction("bwd_filter", x, w, grad)
+        assert sum("cannot run this convolution" in str(c.message) for c in caught) == 1
+        cudnn.conv_algo_strict = True
+        with pytest.raises(RuntimeError, match="non-deterministic"):
+            run_direction("bwd_filter", x, w, grad)
+
+
+def test_memo_follows_a_later_workspace_limit_and_choice():
+    x, w, grad = operands(seed=3)
+    needing = [c for c in torch_cudnn_algo.list_algorithms("fwd", x, w, padding=1)
+               if c.ok and c.kind == "engine" and c.workspace]
+    if not needing:
+        pytest.skip("no engine configuration with workspace here")
+    cudnn.conv_fwd_algo = needing[0].value
+    before = torch_cudnn_algo.pinned_run_counts()["fwd"]
+    run_direction("fwd", x, w, grad)
+    assert torch_cudnn_algo.pinned_run_counts()["fwd"] == before + 1
+    cudnn.conv_workspace_limit = 0
+    with pytest.warns(UserWarning, match="over torch.backends.cudnn.conv_workspace_limit"):
+        run_direction("fwd", x, w, grad)
+    assert torch_cudnn_algo.pinned_run_counts()["fwd"] == before + 1  # stock ran
+    cudnn.conv_workspace_limit = None
+    cudnn.conv_fwd_algo = None
+    run_direction("fwd", x, w, grad)
+    assert torch_cudnn_algo.pinned_run_counts()["fwd"] == before + 1
+
+
+def test_backward_follows_cudnn_being_disabled_later():
+    x, w, grad = operands(dtype=torch.float32, seed=4)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    with torch_cudnn_algo.flags(conv_bwd_data_algo=1, conv_bwd_filter_algo=1):
+        before = torch_cudnn_algo.pinned_run_counts()
+        torch.nn.functional.conv2d(xg, wg, padding=1).backward(grad)
+        after = torch_cudnn_algo.pinned_run_counts()
+        assert after["bwd_data"] == before["bwd_data"] + 1 and after["bwd_filter"] == before["bwd_filter"] + 1
+        xg.grad = wg.grad = None
+        with torch.backends.cudnn.flags(enabled=False):
+            torch.nn.functional.conv2d(xg, wg, padding=1).backward(grad)
+        assert torch_cudnn_algo.pinned_run_counts() == after  # not cuDNN: ATen's own kernels
+    gx, gw = reference_grads(FORM, x, w, grad)
+    assert relative_error(xg.grad, gx) < 1e-4 and relative_error(wg.grad, gw) < 1e-4
