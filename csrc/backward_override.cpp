@@ -10,6 +10,7 @@
 // Every gradient that is not pinned (or whose pinned algorithm cannot run) and
 // every other backend come from at::native::convolution_backward, in one call.
 #include "conv_key.h"
+#include "cudnn_handle.h"
 #include "plan.h"
 #include "overrides.h"
 #include "selection.h"
@@ -226,14 +227,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   if (pin_data) {
     if (const auto selected = select_plan(key_for(data_direction, data_format))) {
       // Forward (transposed) takes (x = grad_output, w); backward-data (dy, w): same operands.
-      grad_input = at::empty(in.sizes(), in.options().memory_format(data_format));
+      grad_input = allocate_output(in.sizes(), in.options().memory_format(data_format));
       selected.run(as_canonical(go_c, data_format), as_canonical(w, data_format), grad_input);
       if (is_1d) grad_input = grad_input.squeeze(2);
     }
   }
   if (pin_filter) {
     if (const auto selected = select_plan(key_for(Direction::kBackwardFilter, filter_format))) {
-      grad_weight = at::empty(w.sizes(), w.options().memory_format(filter_format));
+      grad_weight = allocate_output(w.sizes(), w.options().memory_format(filter_format));
       selected.run(as_canonical(x, filter_format), as_canonical(y, filter_format), grad_weight);
       if (is_1d) grad_weight = grad_weight.squeeze(2);
     }

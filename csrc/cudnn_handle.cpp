@@ -2,6 +2,7 @@
 
 #include "common.h"
 
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/cudnn/Handle.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
@@ -16,6 +17,10 @@ cudnnHandle_t current_cudnn_handle() {
 
 c10::DataPtr allocate_workspace(size_t bytes) {
   return c10::cuda::CUDACachingAllocator::get()->allocate(bytes);
+}
+
+at::Tensor allocate_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return at::Tensor(at::detail::empty_cuda(sizes, options));
 }
 
 }  // namespace torch_cudnn_algo

@@ -40,7 +40,7 @@ constexpr int kFinalReps = 7;
 constexpr double kMinGain = 0.01;
 // conv_knob_search: engines searched and the time allowed per configuration.
 constexpr size_t kKnobSearchEngines = 2;
-constexpr double kKnobSearchSeconds = 2.0;
+constexpr double kKnobSearchSeconds = 1.0;
 // Values tried per knob: a knob with a wider range is sampled evenly.
 constexpr int64_t kMaxValuesPerKnob = 12;
 // Spin ahead of a timed batch, per call: more than the host needs to enqueue
@@ -130,13 +130,13 @@ Operands make_operands(const ConvKey& key) {
   o.y = at::empty(key.output(), options).normal_();
   switch (key.dir()) {
     case Direction::kForward:
-      o.a = o.x, o.b = o.w, o.out = at::empty(key.output(), options);
+      o.a = o.x, o.b = o.w, o.out = allocate_output(key.output(), options);
       break;
     case Direction::kBackwardData:
-      o.a = o.y, o.b = o.w, o.out = at::empty(key.input(), options);
+      o.a = o.y, o.b = o.w, o.out = allocate_output(key.input(), options);
       break;
     case Direction::kBackwardFilter:
-      o.a = o.x, o.b = o.y, o.out = at::empty(key.weight(), options);
+      o.a = o.x, o.b = o.y, o.out = allocate_output(key.weight(), options);
       break;
   }
   return o;

@@ -36,7 +36,7 @@ std::shared_ptr<const Choice> tune_fastest(const ConvKey& key);
 bool knob_search_enabled();
 void set_knob_search(bool enabled);
 
-// One JSON object per configuration tuned since the last clear, in order:
+// One JSON object per tuning since clear_tuning_log (clear_cache), in order:
 // {"direction", "conv", "dtype", "deterministic", "pick", "stock_config",
 //  "pick_ms", "stock_config_ms", "candidates", "timed", "knob_configs",
 //  "seconds", "workspace", "max_rel_error"}.

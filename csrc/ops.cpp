@@ -120,6 +120,7 @@ void clear_plan_cache() {
   clear_legacy_plans();
   clear_graph_plans();
   clear_profile_decisions();
+  clear_tuning_log();
 }
 
 int64_t plan_cache_size() {

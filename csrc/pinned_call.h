@@ -5,6 +5,7 @@
 #pragma once
 
 #include "conv_key.h"
+#include "cudnn_handle.h"
 #include "plan.h"
 #include "selection.h"
 
@@ -32,7 +33,7 @@ at::Tensor run_pinned_call(const ConvKey& key, at::IntArrayRef output_sizes,
   if (!selected) {
     return stock();
   }
-  at::Tensor output = at::empty(output_sizes, options);
+  at::Tensor output = allocate_output(output_sizes, options);
   selected.run(as_canonical(input, format), as_canonical(weight, format), output);
   return output;
 }

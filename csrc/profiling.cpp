@@ -93,7 +93,6 @@ void clear_profile_decisions() {
     std::lock_guard<std::mutex> lock(g_mutex);
     decisions().clear();
   }
-  clear_tuning_log();
   invalidate_selections();  // the threads' memos hold the old picks' plans
 }
 

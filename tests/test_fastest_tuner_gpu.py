@@ -149,3 +149,33 @@ def test_backward_follows_cudnn_being_disabled_later():
         assert torch_cudnn_algo.pinned_run_counts() == after  # not cuDNN: ATen's own kernels
     gx, gw = reference_grads(FORM, x, w, grad)
     assert relative_error(xg.grad, gx) < 1e-4 and relative_error(wg.grad, gw) < 1e-4
+
+
+def cuda_kernel_names(fn) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()  # warm: plans built, nothing lazy left
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_pinned_call_launches_only_stocks_kernels_under_deterministic_algorithms(direction):
+    # use_deterministic_algorithms fills at::empty's memory with NaN; stock's cuDNN
+    # outputs skip that fill and ours must too (it cost 1 ms per ResNet-50 step).
+    x, w, grad = operands(seed=5)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        stock = cuda_kernel_names(lambda: run_direction(direction, x, w, grad))
+        config = next(c.name for c in torch_cudnn_algo.engine_configs(direction, x, w, padding=1,
+                                                                      deterministic=True)
+                      if c.source == "heuristics_a" and c.refusal is None)
+        with torch_cudnn_algo.flags(**{FLAG[direction]: config, "conv_algo_strict": True}):
+            pinned = cuda_kernel_names(lambda: run_direction(direction, x, w, grad))
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert pinned == stock

@@ -210,7 +210,7 @@ FLAGS: dict[str, Flag] = {
             apply=_apply_knob_search,
             doc=(
                 "Let the 'fastest' policy also search the knob values of its best engines beyond "
-                "the configurations cuDNN's heuristics list (up to about 2 s more per "
+                "the configurations cuDNN's heuristics list (up to about 1 s more per "
                 "configuration). Changing it forgets the policy's decisions."
             ),
         ),

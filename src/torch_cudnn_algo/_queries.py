@@ -64,9 +64,9 @@ def clear_cache() -> None:
 
 
 def tuning_log() -> list[dict[str, object]]:
-    """What the ``"fastest"`` policy decided, one dict per configuration it tuned
-    since the decisions were last forgotten (:func:`clear_cache`, or a change of
-    ``conv_workspace_limit`` or ``conv_knob_search``), in order:
+    """What the ``"fastest"`` policy decided, one dict per tuning since
+    :func:`clear_cache`, in order (a configuration appears again when it was
+    tuned again, after ``conv_workspace_limit`` or ``conv_knob_search`` changed):
 
     ``direction``, ``conv`` (the convolution's description), ``dtype``,
     ``deterministic``, ``pick`` (engine configuration name, or None: stock's
