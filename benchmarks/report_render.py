@@ -592,8 +592,9 @@ def _network_lines(section: dict) -> list[str]:
         f"cannot alternate in one process). Each mode is warmed up ({settings.get('warmup_steps')} steps: "
         f"tuning happens here), then {settings.get('rounds')} interleaved rounds of: eager wall per step "
         f"over {settings.get('eager_steps')} steps; GPU time per step = sum of CUDA kernel durations "
-        f"(torch.profiler) over {settings.get('profiled_steps')} steps; conv GPU time = the kernels "
-        f"classified as convolutions; CUDA graph replay time over {settings.get('graph_replays')} replays of "
+        f"(torch.profiler) over {settings.get('profiled_steps')} steps; conv GPU time = the GPU time of the "
+        "kernels launched inside aten::cudnn_convolution(_transpose) and aten::convolution_backward (the "
+        "profiler's op attribution: cuDNN's GEMM-based engines count too); CUDA graph replay time over {settings.get('graph_replays')} replays of "
         "one captured step. Values: median (min-max) over rounds. **Speedup = better stock mode's time / "
         "our time**, per round, against the stock modes of the same process (above 1 = faster than "
         "stock); the better stock mode is the one with the lower median for that metric.",
@@ -635,7 +636,7 @@ def _network_process_lines(process: dict, policy: str) -> list[str]:
     if retuned:
         lines += [f"**Warning**: {', '.join(retuned)} tuned during the timed rounds; their times include tuning.",
                   ""]
-    lines += _details("Top kernels per mode (to check the conv classification)", _top_kernel_lines(modes))
+    lines += _details("Top kernels per mode", _top_kernel_lines(modes))
     return lines
 
 
@@ -649,9 +650,8 @@ def _top_kernel_lines(modes: dict) -> list[str]:
     lines: list[str] = []
     for name, mode in modes.items():
         kernels = mode.get("top_kernels") or []
-        rows = [(_num(k.get("ms_per_step"), 3), "conv" if k.get("conv") else "", k.get("name", "")[:160])
-                for k in kernels]
-        lines += [f"**{name}**", "", *_table(("ms/step", "class", "kernel"), rows), ""]
+        rows = [(_num(k.get("ms_per_step"), 3), k.get("name", "")[:160]) for k in kernels]
+        lines += [f"**{name}**", "", *_table(("ms/step", "kernel"), rows), ""]
     return lines
 
 

@@ -195,19 +195,6 @@ def test_failed_children_and_partial_sections_render() -> None:
     assert "(partial)" in text and "RuntimeError: refused" in text
 
 
-def test_conv_kernel_classifier() -> None:
-    import report  # torch, torchvision and the package, but no GPU
-
-    assert report.is_conv_kernel("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128")
-    assert report.is_conv_kernel("sm90_xmma_wgrad_implicit_gemm_indexed_f16f16")
-    assert report.is_conv_kernel("void cudnn::ops::nchwToNhwcKernel<__half>(...)")
-    assert report.is_conv_kernel("implicit_convolve_sgemm")
-    assert not report.is_conv_kernel("void cudnn::bn_fw_tr_1C11_kernel_NCHW<__half>(...)")
-    assert not report.is_conv_kernel("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x64")
-    assert not report.is_conv_kernel("nvjet_hsh_128x64_64x4_1x2_h_bz_coopA_NNT")
-    assert not report.is_conv_kernel("void at::native::vectorized_elementwise_kernel<4, ...>")
-
-
 def run_report(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(BENCHMARKS / "report.py"), *args], capture_output=True, text=True,
                           timeout=300)

@@ -163,7 +163,7 @@ def cuda_kernel_names(fn) -> list[str]:
 
 
 @pytest.mark.parametrize("direction", list(DIRECTIONS))
-def test_pinned_call_launches_only_stocks_kernels_under_deterministic_algorithms(direction):
+def test_pinned_call_fills_no_more_memory_than_stock_under_deterministic_algorithms(direction):
     # use_deterministic_algorithms fills at::empty's memory with NaN; stock's cuDNN
     # outputs skip that fill and ours must too (it cost 1 ms per ResNet-50 step).
     x, w, grad = operands(seed=5)
@@ -178,4 +178,8 @@ def test_pinned_call_launches_only_stocks_kernels_under_deterministic_algorithms
             pinned = cuda_kernel_names(lambda: run_direction(direction, x, w, grad))
     finally:
         torch.use_deterministic_algorithms(previous)
-    assert pinned == stock
+
+    def fills(names):
+        return sum("FillFunctor" in name for name in names)
+
+    assert fills(pinned) <= fills(stock), (pinned, stock)
