@@ -447,17 +447,27 @@ size_t graph_plan_count() {
   return graph_cache().size();
 }
 
+namespace {
+
+// What cuDNN tells about one listed configuration before any plan is built.
+EngineCandidate described_candidate(const ConvKey& key, const ConvGraph& graph, const Listed& listed) {
+  EngineCandidate candidate;
+  candidate.name = listed.name;
+  candidate.source = listed.source;
+  candidate.numerical_notes = graph.numerical_notes_at(listed.index);
+  candidate.behavior_notes = graph.behavior_notes_at(listed.index);
+  candidate.refusal = precision_refusal(key, candidate.numerical_notes);
+  return candidate;
+}
+
+}  // namespace
+
 std::vector<EngineCandidate> list_engine_candidates(const ConvKey& key) {
   auto graph = make_graph(key, current_cudnn_handle());
   std::vector<EngineCandidate> candidates;
   std::map<int64_t, std::string> knob_spaces;
   for (const auto& listed : enumerate(*graph)) {
-    EngineCandidate candidate;
-    candidate.name = listed.name;
-    candidate.source = listed.source;
-    candidate.numerical_notes = graph->numerical_notes_at(listed.index);
-    candidate.behavior_notes = graph->behavior_notes_at(listed.index);
-    candidate.refusal = precision_refusal(key, candidate.numerical_notes);
+    EngineCandidate candidate = described_candidate(key, *graph, listed);
     // cuDNN reports a configuration's workspace once its plan is built (no kernel runs).
     const auto built = graph->build_plan_at_index(listed.index);
     if (built.is_bad()) {
@@ -480,13 +490,7 @@ std::vector<EngineCandidate> heuristic_engine_candidates(const ConvKey& key) {
   auto graph = make_graph(key, current_cudnn_handle());
   std::vector<EngineCandidate> candidates;
   for (const auto& listed : enumerate(*graph, /*with_mode_b=*/false)) {
-    EngineCandidate candidate;
-    candidate.name = listed.name;
-    candidate.source = listed.source;
-    candidate.numerical_notes = graph->numerical_notes_at(listed.index);
-    candidate.behavior_notes = graph->behavior_notes_at(listed.index);
-    candidate.refusal = precision_refusal(key, candidate.numerical_notes);
-    candidates.push_back(std::move(candidate));
+    candidates.push_back(described_candidate(key, *graph, listed));
   }
   return candidates;
 }
