@@ -297,7 +297,8 @@ class BuildPy(build_py):
 
 setup(
     version=VERSION,
-    install_requires=[TORCH_REQUIREMENT],
+    # tqdm: tune()'s progress bar.
+    install_requires=[TORCH_REQUIREMENT, "tqdm"],
     ext_modules=[make_extension()],
     cmdclass={"build_ext": BuildExtensionSharingLibstdcxx, "build_py": BuildPy},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},

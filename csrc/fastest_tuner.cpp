@@ -175,6 +175,8 @@ class Tuner {
   explicit Tuner(const ConvKey& key) : key_(key), started_(Clock::now()) {}
 
   std::shared_ptr<const Choice> run();
+  // The decision's tuning-log entry, once run() returned.
+  const std::string& log_entry() const { return log_entry_; }
 
  private:
   void collect_candidates();
@@ -199,6 +201,7 @@ class Tuner {
   size_t listed_ = 0;  // configurations the heuristics offered that the rules allow
   size_t knob_configs_ = 0;
   double pick_error_ = std::numeric_limits<double>::quiet_NaN();
+  std::string log_entry_;
 };
 
 void Tuner::collect_candidates() {
@@ -413,9 +416,10 @@ void Tuner::record(const Candidate* pick, size_t timed) {
         << ", \"knob_configs\": " << knob_configs_ << ", \"seconds\": " << json_number(seconds)
         << ", \"workspace\": " << (pick ? std::to_string(pick->plan->workspace_bytes) : "null")
         << ", \"max_rel_error\": " << json_number(pick_error_) << "}";
+  log_entry_ = entry.str();
   {
     std::lock_guard<std::mutex> lock(g_log_mutex);
-    log_entries().push_back(entry.str());
+    log_entries().push_back(log_entry_);
   }
   std::ostringstream line;
   line.precision(4);
@@ -506,9 +510,12 @@ std::shared_ptr<const Choice> Tuner::run() {
 
 }  // namespace
 
-std::shared_ptr<const Choice> tune_fastest(const ConvKey& key) {
+std::shared_ptr<const Choice> tune_fastest(const ConvKey& key, std::string* log_entry) {
   const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
-  return Tuner(key).run();
+  Tuner tuner(key);
+  auto choice = tuner.run();
+  if (log_entry != nullptr) *log_entry = tuner.log_entry();
+  return choice;
 }
 
 bool knob_search_enabled() {

@@ -29,8 +29,9 @@ namespace torch_cudnn_algo {
 // for the stock path (nothing runnable, or nothing beat stock's configuration
 // and stock's configuration itself is not available). Must run outside CUDA
 // graph capture, with this thread bypassed (the float64 reference runs stock).
-// Errors propagate; the caller decides what a failed tuning means.
-std::shared_ptr<const Choice> tune_fastest(const ConvKey& key);
+// Errors propagate; the caller decides what a failed tuning means. `log_entry`,
+// if given, receives the decision's tuning-log entry (see tuning_log_entries).
+std::shared_ptr<const Choice> tune_fastest(const ConvKey& key, std::string* log_entry = nullptr);
 
 // conv_knob_search: also search knob values the heuristics do not list.
 bool knob_search_enabled();

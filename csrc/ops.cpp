@@ -1,6 +1,7 @@
 // Control surface of the extension, as torch.ops.torch_cudnn_algo.* operators.
 // The Python package wraps these; they are not meant to be called directly.
 #include "common.h"
+#include "config_choices.h"
 #include "cudnn_handle.h"
 #include "fastest_tuner.h"
 #include "graph_runner.h"
@@ -11,6 +12,7 @@
 #include "profiling.h"
 #include "selection.h"
 
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -306,6 +308,56 @@ std::tuple<std::string, int64_t> run_candidate(
   return {"ok", static_cast<int64_t>(plan->workspace_bytes)};
 }
 
+// Stages one entry of a torch_cudnn_algo.Plan (see config_choices.h). The
+// convolution arrives as for engine_configs (meta tensors: a description);
+// `choice` is a flag value, "" for stock's own path. Needs no GPU.
+void stage_plan_choice(const std::string& direction, const at::Tensor& input,
+                       const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
+                       at::IntArrayRef dilation, int64_t groups, bool transposed,
+                       at::IntArrayRef output_padding, const std::string& choice,
+                       const std::string& label) {
+  const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation, groups,
+                                    transposed, output_padding, /*deterministic=*/false,
+                                    /*allow_tf32=*/false, at::Device(at::kCUDA, 0));
+  stage_config_choice(key, choice, label);
+}
+
+// The plan entries in force as columns: label, choice ("" = stock's path), runs.
+std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>>
+plan_choices_in_force() {
+  std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>> columns;
+  auto& [labels, choices, runs] = columns;
+  for (const auto& entry : config_choices_in_force()) {
+    labels.push_back(entry->label);
+    const Choice* choice = entry->choice.get();
+    choices.push_back(!choice ? "" : choice->is_engine() ? choice->engine
+                                                         : std::to_string(choice->legacy_algo));
+    runs.push_back(entry->runs.load(std::memory_order_relaxed));
+  }
+  return columns;
+}
+
+// Runs the "fastest" tuner on one convolution (meta tensors describe it; the
+// current CUDA device runs it) and returns its tuning-log entry (JSON). The
+// decision is not remembered: tune() puts it in a plan.
+std::string tune_fastest_conv(const std::string& direction, const at::Tensor& input,
+                              const at::Tensor& weight, at::IntArrayRef padding,
+                              at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
+                              bool transposed, at::IntArrayRef output_padding, bool deterministic,
+                              bool allow_tf32) {
+  const at::Device device = query_device(input, "tune_fastest_conv");
+  const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation,
+                                    groups, transposed, output_padding, deterministic, allow_tf32,
+                                    device);
+  const c10::cuda::CUDAGuard device_guard(device);
+  TORCH_CHECK(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
+              "torch_cudnn_algo: cannot tune during CUDA graph capture");
+  const BypassGuard bypass;  // the tuner's float64 reference runs stock
+  std::string entry;
+  tune_fastest(key, &entry);
+  return entry;
+}
+
 std::vector<int64_t> pinned_run_counts_op() {
   const auto counts = pinned_run_counts();
   return {counts.begin(), counts.end()};
@@ -368,6 +420,21 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "int[] stride, int[] dilation, int groups, bool deterministic, bool allow_tf32, "
       "bool execute) -> (str, int)",
       &run_candidate);
+  m.def(
+      "stage_plan_choice(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
+      "int[] dilation, int groups, bool transposed, int[] output_padding, str choice, str label) "
+      "-> ()",
+      &stage_plan_choice);
+  m.def("commit_plan_choices() -> ()", &commit_config_choices);
+  m.def("discard_plan_choices() -> ()", &discard_staged_config_choices);
+  m.def("plan_choices_in_force() -> (str[], str[], int[])", &plan_choices_in_force);
+  m.def("set_config_recording(bool enabled) -> ()", &set_config_recording);
+  m.def("recorded_configs() -> str[]", &recorded_configs);
+  m.def(
+      "tune_fastest_conv(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
+      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
+      "bool allow_tf32) -> str",
+      &tune_fastest_conv);
 }
 
 }  // namespace torch_cudnn_algo

@@ -1,5 +1,6 @@
 #include "selection.h"
 
+#include "config_choices.h"
 #include "cudnn_handle.h"
 #include "graph_runner.h"
 #include "legacy_algorithms.h"
@@ -67,8 +68,9 @@ void resync_overrides() {
 }
 
 std::string asked_text(const Plan& plan, const Choice& choice) {
-  return std::string("torch.backends.cudnn.") + direction_flag_name(plan.key.dir()) + " = " +
-         (choice.is_engine() ? "'" + choice.engine + "'" : plan.choice);
+  const std::string value = choice.is_engine() ? "'" + choice.engine + "'" : plan.choice;
+  if (!choice.origin.empty()) return choice.origin + " (" + value + ")";
+  return std::string("torch.backends.cudnn.") + direction_flag_name(plan.key.dir()) + " = " + value;
 }
 
 // Raises (strict) or warns once (`first` says whether this is the first time)
@@ -178,6 +180,7 @@ std::optional<c10::DataPtr> allocate_or_refuse(const Plan& plan, const Choice& c
 struct Selection {
   std::shared_ptr<const Choice> choice;
   std::shared_ptr<const Plan> plan;
+  std::shared_ptr<const ConfigChoice> entry;  // the plan entry that chose, if any
 };
 
 struct SelectionMemo {
@@ -199,12 +202,12 @@ SelectionMemo& selection_memo() {
 
 // The plan with its workspace, or empty after the refusal rule when the
 // allocator cannot supply it.
-SelectedPlan with_workspace(std::shared_ptr<const Plan> plan, const Choice& choice) {
-  auto workspace = allocate_or_refuse(*plan, choice);
+SelectedPlan with_workspace(const Selection& known) {
+  auto workspace = allocate_or_refuse(*known.plan, *known.choice);
   if (!workspace) {
     return {};
   }
-  return {std::move(plan), std::move(*workspace)};
+  return {known.plan, std::move(*workspace), known.entry.get()};
 }
 
 // The pinned (or policy-picked) `choice` on `key`: its plan with its workspace if
@@ -222,17 +225,19 @@ SelectedPlan runnable_plan(const std::shared_ptr<const Choice>& choice_ptr, cons
   if (!within_workspace_limit(*plan, choice)) {
     return {};
   }
-  *memo = Selection{choice_ptr, plan};
+  memo->choice = choice_ptr;
+  memo->plan = plan;
   auto workspace = allocate_or_refuse(*plan, choice);
   if (!workspace) {
     return {};
   }
   if (!plan->announced.exchange(true)) {
+    const char* by = picked_by_policy ? "fastest -> " : choice.origin.empty() ? "" : "plan -> ";
     log_to_python(LogLevel::kInfo, std::string("requested ") + direction_name(key.dir()) +
-                                       " algorithm " + (picked_by_policy ? "fastest -> " : "") +
-                                       plan->choice + " is set | " + describe_conv(key));
+                                       " algorithm " + by + plan->choice + " is set | " +
+                                       describe_conv(key));
   }
-  return {std::move(plan), std::move(*workspace)};
+  return {std::move(plan), std::move(*workspace), memo->entry.get()};
 }
 
 }  // namespace
@@ -247,17 +252,21 @@ std::shared_ptr<const Choice> pinned_choice(Direction direction) {
   return std::atomic_load(&g_choices[static_cast<int>(direction)]);
 }
 
-void set_pinned_legacy_algo(Direction direction, int algo) {
-  if (algo == kNoChoice) {
-    publish(direction, nullptr);
-    return;
-  }
+void check_legacy_algo(Direction direction, int algo) {
   TORCH_CHECK_VALUE(algo >= 0 && algo < legacy_algo_count(direction), "torch_cudnn_algo: ",
                     direction_name(direction), " legacy algorithm must be in [0, ",
                     legacy_algo_count(direction), ") or None, got ", algo);
   TORCH_CHECK_VALUE(legacy_algo_is_implemented(direction, algo), "torch_cudnn_algo: ",
                     direction_name(direction), " algorithm ",
                     describe_legacy_algo(direction, algo), " is not implemented by cuDNN");
+}
+
+void set_pinned_legacy_algo(Direction direction, int algo) {
+  if (algo == kNoChoice) {
+    publish(direction, nullptr);
+    return;
+  }
+  check_legacy_algo(direction, algo);
   auto choice = std::make_shared<Choice>();
   choice->legacy_algo = algo;
   publish(direction, std::move(choice));
@@ -345,7 +354,13 @@ bool exchange_bypass(bool bypass) {
 }
 
 bool direction_active(Direction direction) {
-  return profile_mode() || pinned_choice(direction) != nullptr;
+  return profile_mode() || config_choices_cover(direction) || config_recording() ||
+         pinned_choice(direction) != nullptr;
+}
+
+void refresh_overrides() {
+  resync_overrides();
+  invalidate_selections();
 }
 
 std::shared_ptr<const Plan> plan_for_choice(const Choice& choice, ConvKey key) {
@@ -363,6 +378,7 @@ void SelectedPlan::run(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   TORCH_INTERNAL_ASSERT(plan != nullptr);
   plan->run(a, b, out, workspace.get());
   g_run_counts[static_cast<int>(plan->key.dir())].fetch_add(1, std::memory_order_relaxed);
+  if (entry != nullptr) entry->runs.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::array<int64_t, kNumDirections> pinned_run_counts() {
@@ -381,12 +397,18 @@ SelectedPlan select_plan(ConvKey key) {
   if (bypassed()) {
     return {};
   }
+  if (config_recording()) {
+    record_config(key);  // tune() collects the configurations a model runs
+  }
   SelectionMemo& memo = selection_memo();
   if (const auto it = memo.outcomes.find(key); it != memo.outcomes.end()) {
     const Selection& known = it->second;
-    return known.plan ? with_workspace(known.plan, *known.choice) : SelectedPlan{};
+    return known.plan ? with_workspace(known) : SelectedPlan{};
   }
-  const auto pinned = pinned_choice(key.dir());
+  // The plan's entry for this configuration wins over the flag; a null entry
+  // choice means the stock path.
+  auto entry = config_choice(key);
+  const auto pinned = entry ? entry->choice : pinned_choice(key.dir());
   const bool policy = pinned && pinned->fastest;
   std::shared_ptr<const Choice> choice = pinned;
   bool settled = true;
@@ -399,6 +421,7 @@ SelectedPlan select_plan(ConvKey key) {
     return {};
   }
   Selection outcome;
+  outcome.entry = std::move(entry);
   auto selected = runnable_plan(choice, key, policy, &outcome);
   // A refusal (already reported) is as final as a runnable plan; a workspace
   // the allocator could not supply now is not.

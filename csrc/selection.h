@@ -19,6 +19,7 @@ namespace torch_cudnn_algo {
 constexpr int kNoChoice = -1;
 
 struct ConvKey;
+struct ConfigChoice;
 struct Plan;
 
 // One direction's pinned choice: a legacy algorithm, an engine configuration,
@@ -27,6 +28,9 @@ struct Choice {
   int legacy_algo = kNoChoice;  // legacy enum value, or kNoChoice
   std::string engine;           // engine configuration name ("eng62", "eng62_k2=1_k13=1"), or ""
   bool fastest = false;         // the "fastest" policy: profile once per configuration
+  // Where the choice comes from when it is not a flag ("the plan entry '...'"),
+  // for messages; empty for a flag.
+  std::string origin;
 
   bool is_engine() const { return !engine.empty(); }
   // As the flag would be assigned in Python: "1  # IMPLICIT_PRECOMP_GEMM" or "'eng62'".
@@ -42,6 +46,10 @@ std::shared_ptr<const Choice> pinned_choice(Direction direction);
 // Pins a legacy algorithm (kNoChoice clears). Out-of-range or unimplemented
 // values raise ValueError and change nothing.
 void set_pinned_legacy_algo(Direction direction, int algo);
+
+// Raises ValueError unless `algo` is a legacy algorithm of `direction` that
+// cuDNN implements.
+void check_legacy_algo(Direction direction, int algo);
 
 // Pins an engine configuration by name ("" clears); a malformed name raises
 // ValueError and changes nothing.
@@ -79,8 +87,13 @@ bool bypassed();
 bool exchange_bypass(bool bypass);
 
 // Whether the overrides must see `direction`'s calls: something is pinned for
-// it, or conv_profile is on.
+// it, the plan in use has entries in it, conv_profile is on, or tune() is
+// recording the configurations a model runs.
 bool direction_active(Direction direction);
+
+// (De)registers the overrides to match a change made outside the flags (a plan
+// put in force, recording) and forgets every thread's selections.
+void refresh_overrides();
 
 // A plan chosen for one call, with its workspace already allocated (exactly the
 // bytes cuDNN reported): nothing can fail for lack of memory once it runs.
@@ -88,6 +101,7 @@ bool direction_active(Direction direction);
 struct SelectedPlan {
   std::shared_ptr<const Plan> plan;
   c10::DataPtr workspace;
+  const ConfigChoice* entry = nullptr;  // the plan entry it runs for, counted per run
 
   explicit operator bool() const { return plan != nullptr; }
   // Runs the plan (see Plan::run) and counts the call in pinned_run_counts().
@@ -95,7 +109,8 @@ struct SelectedPlan {
 };
 
 // The plan to run for `key`'s problem in key.dir(), or an empty SelectedPlan for
-// the stock path. Applies the contract on the way: profiles a new configuration
+// the stock path. The plan in use's entry for the configuration wins over the
+// direction's flag. Applies the contract on the way: profiles a new configuration
 // when conv_profile or the "fastest" policy asks for it (never during CUDA graph
 // capture); the first run of a pinned plan logs "requested <dir> algorithm
 // <choice> is set"; a refusal (unsupported, a determinism/TF32 rule, over the

@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _default_flags(request: pytest.FixtureRequest):
-    """Flags at their defaults and caches empty around every test."""
+    """Flags at their defaults, no plan in use and caches empty around every test."""
     if "gpu" in request.keywords:
         # Without the extension the flags are inert and GPU tests would test stock.
         assert torch_cudnn_algo.is_available(), torch_cudnn_algo.load_error()
@@ -32,6 +32,7 @@ def _default_flags(request: pytest.FixtureRequest):
         for name, flag in _flags.FLAGS.items():
             _flags.set_flag(name, flag.default)
         if torch_cudnn_algo.is_available():
+            torch_cudnn_algo.use_plan(None)
             torch_cudnn_algo.clear_cache()
 
     reset()

@@ -15,10 +15,12 @@ import logging
 import os
 import warnings
 
-from . import _extension, _flags, _profile
+from . import _extension, _flags, _plan, _profile
 from ._algorithms import DIRECTIONS
+from ._conv_spec import ConvSpec, TensorSpec
 from ._flags import flags
-from ._profile import Candidate, TensorSpec, list_algorithms, profile
+from ._plan import Plan, PlanEntry, PlanError, PlanMismatchWarning, current_plan, load_plan, plan_run_counts, use_plan
+from ._profile import Candidate, list_algorithms, profile
 from ._queries import (
     EngineConfig,
     active_overrides,
@@ -31,6 +33,7 @@ from ._queries import (
     tuning_log,
 )
 from ._table import TOLERANCES, ProfileRow, ProfileTable, choose_fastest, tolerance_for
+from ._tune import tune
 
 __version__ = "0.1.0"
 
@@ -38,7 +41,12 @@ __all__ = [
     "DIRECTIONS",
     "TOLERANCES",
     "Candidate",
+    "ConvSpec",
     "EngineConfig",
+    "Plan",
+    "PlanEntry",
+    "PlanError",
+    "PlanMismatchWarning",
     "ProfileRow",
     "ProfileTable",
     "TensorSpec",
@@ -46,6 +54,7 @@ __all__ = [
     "choose_fastest",
     "clear_cache",
     "cudnn_version",
+    "current_plan",
     "engine_configs",
     "flags",
     "is_available",
@@ -53,10 +62,14 @@ __all__ = [
     "legacy_workspace_sizes",
     "list_algorithms",
     "load_error",
+    "load_plan",
     "pinned_run_counts",
+    "plan_run_counts",
     "profile",
     "tolerance_for",
+    "tune",
     "tuning_log",
+    "use_plan",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -106,6 +119,7 @@ def _initialize() -> None:
         except Exception as exc:  # conv_profile / "fastest" then run the stock path
             warnings.warn(f"torch_cudnn_algo: could not install the profiler ({type(exc).__name__}: {exc})",
                           stacklevel=3)
+        _plan.apply_environment()  # TORCH_CUDNN_ALGO_PLAN; warns, never raises
     else:
         warnings.warn(
             f"torch_cudnn_algo: the C++ extension could not be loaded ({_extension.load_error()}); "
@@ -113,6 +127,8 @@ def _initialize() -> None:
             "installed torch (pip install --no-build-isolation torch-cudnn-algo).",
             stacklevel=3,
         )
+        if os.environ.get(_plan.ENV_VAR):
+            warnings.warn(f"torch_cudnn_algo: ignoring {_plan.ENV_VAR}: the extension is not loaded", stacklevel=3)
 
 
 _initialize()

@@ -17,94 +17,23 @@ import ast
 import contextlib
 import dataclasses
 import logging
-import re
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+from typing_extensions import Unpack
 
 from . import _extension, _flags, _nvml
 from ._algorithms import DIRECTIONS
-from ._queries import IntOrSequence, _direction, _settings, _user_conv_args, engine_configs
+from ._conv_spec import ConvLike, ConvSpec, Geometry, TensorLike, TensorSpec, as_conv_spec
+from ._queries import _direction, _settings, engine_configs
 from ._table import ProfileRow, ProfileTable
 
 __all__ = ["Candidate", "TensorSpec", "list_algorithms", "profile"]
 
 logger = logging.getLogger("torch_cudnn_algo")
-
-_DTYPES = {"float16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
-           "float32": torch.float32, "float": torch.float32, "float64": torch.float64,
-           "double": torch.float64}
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A tensor described, not allocated: shape, dtype and memory format."""
-
-    shape: tuple[int, ...]
-    dtype: torch.dtype = torch.float32
-    memory_format: torch.memory_format = torch.contiguous_format
-
-    @classmethod
-    def parse(cls, text: str) -> TensorSpec:
-        """``"64x256x56x56 float16 channels_last"`` (also ``"[64, 256, 56, 56]"``;
-        dtype defaults to float32, layout to contiguous)."""
-        shape_text = re.match(r"\s*\[?\s*(\d+(?:\s*[x,]\s*\d+)*)\s*\]?", text)
-        if shape_text is None:
-            raise ValueError(f"cannot read a tensor description from {text!r}; expected e.g. "
-                             "'64x256x56x56 float16 channels_last'")
-        shape = tuple(int(v) for v in re.split(r"\s*[x,]\s*", shape_text.group(1)))
-        dtype, memory_format = torch.float32, torch.contiguous_format
-        for word in text[shape_text.end():].replace(",", " ").split():
-            word = word.lower().removeprefix("torch.")
-            if word in _DTYPES:
-                dtype = _DTYPES[word]
-            elif word in ("channels_last", "nhwc", "ndhwc"):
-                memory_format = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
-            elif word in ("contiguous", "contiguous_format", "nchw", "ncdhw"):
-                memory_format = torch.contiguous_format
-            else:
-                raise ValueError(f"{text!r}: unknown word {word!r}; expected a dtype "
-                                 f"({', '.join(_DTYPES)}) or a layout (channels_last, contiguous)")
-        return cls(shape, dtype, memory_format)
-
-
-TensorLike = torch.Tensor | TensorSpec | Sequence[int] | str
-
-
-def _as_tensor(value: TensorLike, dtype: torch.dtype | None, what: str) -> torch.Tensor:
-    """A CUDA tensor as given, or a meta tensor carrying a description's shape,
-    dtype and strides (CPU tensors become their meta twin)."""
-    if isinstance(value, torch.Tensor):
-        return value if value.is_cuda else torch.empty_like(value, device="meta")
-    if isinstance(value, str):
-        spec = TensorSpec.parse(value)
-    elif isinstance(value, TensorSpec):
-        spec = value
-    elif isinstance(value, Sequence) and all(isinstance(v, int) for v in value):
-        spec = TensorSpec(tuple(value), dtype or torch.float32)
-    else:
-        raise TypeError(f"{what} must be a tensor, a TensorSpec, a shape or a description string, "
-                        f"got {type(value).__name__}")
-    if len(spec.shape) not in (3, 4, 5):
-        raise ValueError(f"{what} must be 3-d, 4-d or 5-d (N, C, *spatial), got shape {spec.shape}")
-    fmt = spec.memory_format
-    if fmt == torch.channels_last and len(spec.shape) == 5:
-        fmt = torch.channels_last_3d
-    return torch.empty(spec.shape, dtype=spec.dtype, device="meta", memory_format=fmt)
-
-
-def _operands(input: TensorLike, weight: TensorLike) -> tuple[torch.Tensor, torch.Tensor]:
-    given_dtype = next((t.dtype for t in (input, weight) if isinstance(t, (torch.Tensor, TensorSpec))),
-                       None)
-    x = _as_tensor(input, given_dtype, "input")
-    w = _as_tensor(weight, given_dtype, "weight")
-    if x.is_cuda != w.is_cuda:  # one given as a CUDA tensor, the other described
-        x, w = (t if t.is_meta else torch.empty_like(t, device="meta") for t in (x, w))
-    return x, w
-
 
 # -- listing ---------------------------------------------------------------
 
@@ -141,45 +70,42 @@ def _engine_status(refusal: str | None, workspace: int | None) -> str:
 
 
 def list_algorithms(
-    direction: str,
-    input: TensorLike,
-    weight: TensorLike,
-    stride: IntOrSequence = 1,
-    padding: IntOrSequence = 0,
-    dilation: IntOrSequence = 1,
-    groups: int = 1,
-    transposed: bool = False,
-    output_padding: IntOrSequence = 0,
+    conv: ConvLike,
+    input: TensorLike | None = None,
+    weight: TensorLike | None = None,
+    /,
     *,
     allow_tf32: bool | None = None,
     deterministic: bool | None = None,
+    **geometry: Unpack[Geometry],
 ) -> list[Candidate]:
-    """Every candidate for a convolution in ``direction``, without executing anything:
-    cuDNN's legacy algorithms (support and workspace from cuDNN's workspace
-    query) then the engine configurations its heuristics and fallback list
-    offer (plans built for their workspace and notes).
+    """Every candidate for a convolution, without executing anything: cuDNN's
+    legacy algorithms (support and workspace from cuDNN's workspace query) then
+    the engine configurations its heuristics and fallback list offer (plans
+    built for their workspace and notes).
 
-    ``input`` and ``weight`` are shaped as for ``torch.nn.functional.convNd``
-    (``conv_transposeNd`` with ``transposed=True``) and may be CUDA tensors, or
-    descriptions: a :class:`TensorSpec`, a shape, or a string such as
-    ``"64x256x56x56 float16 channels_last"`` (nothing is allocated for those).
-    ``direction`` is the cuDNN call ("fwd", "bwd_data", "bwd_filter"); for a
-    transposed convolution the forward pass is "bwd_data". ``allow_tf32`` and
-    ``deterministic`` default to the current ``torch.backends.cudnn`` settings
-    and decide which candidates the contract's rules refuse.
+    The convolution is a :class:`ConvSpec` or its string form
+    (``"conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"``), or a
+    direction followed by input and weight, shaped as for
+    ``torch.nn.functional.convNd`` (``conv_transposeNd`` with
+    ``transposed=True``): CUDA tensors or descriptions (a :class:`TensorSpec`,
+    a shape, or a string such as ``"64x256x56x56 float16 channels_last"``),
+    with ``stride``, ``padding``, ... as keywords. The direction is the cuDNN
+    call ("fwd", "bwd_data", "bwd_filter"); for a transposed convolution the
+    forward pass is "bwd_data". ``allow_tf32`` and ``deterministic`` default to
+    the current ``torch.backends.cudnn`` settings and decide which candidates
+    the contract's rules refuse.
     """
-    spec = _direction(direction)
+    conv_spec = as_conv_spec(conv, input, weight, geometry)
+    spec = _direction(conv_spec.direction)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    x, w = _operands(input, weight)
-    x4, w4, p = _user_conv_args(x, w, stride, padding, dilation, output_padding)
+    args = conv_spec.op_args()
     ops = _extension.ops()
     candidates = []
     for algo, name in enumerate(spec.names):
         if algo in spec.unimplemented:
             continue
-        workspace = ops.legacy_workspace_size(
-            spec.key, x4, w4, p["padding"], p["stride"], p["dilation"], groups, transposed,
-            p["output_padding"], allow_tf32, algo)
+        workspace = ops.legacy_workspace_size(spec.key, *args, allow_tf32, algo)
         algo_deterministic = algo not in spec.nondeterministic
         if workspace < 0:
             status = "unsupported: cuDNN does not support it for this convolution"
@@ -188,10 +114,8 @@ def list_algorithms(
         else:
             status = "ok"
         candidates.append(Candidate(algo, "legacy", name, status, None if workspace < 0 else int(workspace),
-                                    algo_deterministic, (_legacy_math_type(x.dtype, allow_tf32),)))
-    for config in engine_configs(direction, x, w, stride=stride, padding=padding, dilation=dilation,
-                                 groups=groups, transposed=transposed, output_padding=output_padding,
-                                 allow_tf32=allow_tf32, deterministic=deterministic):
+                                    algo_deterministic, (_legacy_math_type(conv_spec.dtype, allow_tf32),)))
+    for config in engine_configs(conv_spec, allow_tf32=allow_tf32, deterministic=deterministic):
         candidates.append(Candidate(
             config.name, "engine", config.source, _engine_status(config.refusal, config.workspace),
             config.workspace, "NONDETERMINISTIC" not in config.numerical_notes,
@@ -415,15 +339,10 @@ def _profile_problem(
 
 
 def profile(
-    direction: str,
-    input: TensorLike,
-    weight: TensorLike,
-    stride: IntOrSequence = 1,
-    padding: IntOrSequence = 0,
-    dilation: IntOrSequence = 1,
-    groups: int = 1,
-    transposed: bool = False,
-    output_padding: IntOrSequence = 0,
+    conv: ConvLike,
+    input: TensorLike | None = None,
+    weight: TensorLike | None = None,
+    /,
     *,
     allow_tf32: bool | None = None,
     deterministic: bool | None = None,
@@ -433,9 +352,11 @@ def profile(
     include_stock: bool = True,
     workspace_limit: int | None | str = "flag",
     seed: int = 0,
+    **geometry: Unpack[Geometry],
 ) -> ProfileTable:
-    """Runs every candidate of :func:`list_algorithms` (same arguments) on random
-    operands of the convolution's shape and returns their :class:`ProfileTable`.
+    """Runs every candidate of :func:`list_algorithms` (the convolution given
+    the same way) on random operands of the convolution's shape and returns
+    their :class:`ProfileTable`.
 
     Per candidate: ``warmup`` runs, then the median GPU time of ``reps``
     CUDA-event-timed runs; the workspace cuDNN asked for (allocated exactly);
@@ -449,7 +370,7 @@ def profile(
     same way. GPU memory allocated by the profile is freed before it returns.
     Must not be called during CUDA graph capture.
     """
-    spec = _direction(direction)
+    conv_spec = as_conv_spec(conv, input, weight, geometry)
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError("torch_cudnn_algo.profile cannot run during CUDA graph capture")
     if workspace_limit == "flag":
@@ -457,11 +378,8 @@ def profile(
     elif workspace_limit is not None:
         workspace_limit = _flags.FLAGS["conv_workspace_limit"].parse(workspace_limit)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    x, w = _operands(input, weight)
-    x4, w4, p = _user_conv_args(x, w, stride, padding, dilation, output_padding)
-    request, description = _extension.ops().conv_request(
-        spec.key, x4, w4, p["padding"], p["stride"], p["dilation"], groups, transposed,
-        p["output_padding"], deterministic, allow_tf32)
+    request, description = _extension.ops().conv_request(conv_spec.direction, *conv_spec.op_args(),
+                                                         deterministic, allow_tf32)
     return _profile_problem(_Problem(**ast.literal_eval(request)), description, warmup=warmup,
                             reps=reps, energy=energy, include_stock=include_stock,
                             workspace_limit=workspace_limit, seed=seed)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from typing_extensions import Unpack
 
 from . import _extension
 from ._algorithms import DIRECTIONS, LegacyDirection
+from ._conv_spec import ConvLike, Geometry, TensorLike, as_conv_spec
 
 __all__ = [
     "EngineConfig",
@@ -22,9 +23,6 @@ __all__ = [
     "legacy_algorithm_names",
     "legacy_workspace_sizes",
 ]
-
-IntOrSequence = int | Sequence[int]
-
 
 def _direction(direction: str) -> LegacyDirection:
     try:
@@ -91,13 +89,6 @@ def legacy_algorithm_names(direction: str = "fwd") -> list[str]:
     return list(_direction(direction).names)
 
 
-def _expand(name: str, value: IntOrSequence, spatial_dims: int) -> list[int]:
-    values = [int(value)] * spatial_dims if isinstance(value, int) else [int(v) for v in value]
-    if len(values) != spatial_dims:
-        raise ValueError(f"{name} must be an int or {spatial_dims} ints, got {value!r}")
-    return values
-
-
 def _settings(allow_tf32: bool | None, deterministic: bool | None) -> tuple[bool, bool]:
     """The given settings, None meaning the current torch.backends.cudnn ones
     (determinism also from torch.use_deterministic_algorithms)."""
@@ -106,17 +97,6 @@ def _settings(allow_tf32: bool | None, deterministic: bool | None) -> tuple[bool
     if deterministic is None:
         deterministic = torch.backends.cudnn.deterministic or torch.are_deterministic_algorithms_enabled()
     return bool(allow_tf32), bool(deterministic)
-
-
-def _user_conv_args(input, weight, stride, padding, dilation, output_padding):
-    """(input, weight, {param: list}) with 1-d convolutions lifted to 2-d [N, C, 1, L]."""
-    params = {"stride": stride, "padding": padding, "dilation": dilation, "output_padding": output_padding}
-    if input.dim() == 3:  # 1-d convolutions reach cuDNN as the 2-d problem [N, C, 1, L]
-        input, weight = input.unsqueeze(2), weight.unsqueeze(2)
-        unit = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0}
-        params = {name: [unit[name]] + _expand(name, value, 1) for name, value in params.items()}
-    spatial = input.dim() - 2
-    return input, weight, {name: _expand(name, value, spatial) for name, value in params.items()}
 
 
 @dataclass(frozen=True)
@@ -133,35 +113,31 @@ class EngineConfig:
 
 
 def engine_configs(
-    direction: str,
-    input: torch.Tensor,
-    weight: torch.Tensor,
+    conv: ConvLike,
+    input: TensorLike | None = None,
+    weight: TensorLike | None = None,
+    /,
     *,
-    stride: IntOrSequence = 1,
-    padding: IntOrSequence = 0,
-    dilation: IntOrSequence = 1,
-    groups: int = 1,
-    transposed: bool = False,
-    output_padding: IntOrSequence = 0,
     allow_tf32: bool | None = None,
     deterministic: bool | None = None,
+    **geometry: Unpack[Geometry],
 ) -> list[EngineConfig]:
-    """The engine configurations cuDNN offers for a convolution in ``direction``:
-    heuristics mode A, mode B, then the fallback list, deduplicated, in that order
-    (mode A's first usable one is what stock PyTorch runs). Plans are built to
-    learn their workspace; no convolution is executed.
+    """The engine configurations cuDNN offers for a convolution: heuristics
+    mode A, mode B, then the fallback list, deduplicated, in that order (mode
+    A's first usable one is what stock PyTorch runs). Plans are built to learn
+    their workspace; no convolution is executed.
 
-    Arguments as for :func:`legacy_workspace_sizes`; ``allow_tf32`` and
-    ``deterministic`` default to the current ``torch.backends.cudnn`` settings and
-    decide each configuration's ``refusal``.
+    The convolution is a :class:`ConvSpec`, its string form
+    (``"conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"``), or a
+    direction followed by input and weight as ``torch.nn.functional.convNd``
+    takes them, with its parameters (``stride``, ``padding``, ``dilation``,
+    ``groups``, ``transposed``, ``output_padding``) as keywords.
+    ``allow_tf32`` and ``deterministic`` default to the current
+    ``torch.backends.cudnn`` settings and decide each configuration's ``refusal``.
     """
-    spec = _direction(direction)
-    input, weight, p = _user_conv_args(input, weight, stride, padding, dilation, output_padding)
+    spec = as_conv_spec(conv, input, weight, geometry)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    columns = _extension.ops().engine_configs(
-        spec.key, input, weight, p["padding"], p["stride"], p["dilation"], groups, transposed,
-        p["output_padding"], deterministic, allow_tf32,
-    )
+    columns = _extension.ops().engine_configs(spec.direction, *spec.op_args(), deterministic, allow_tf32)
     split = lambda text: tuple(text.split(",")) if text else ()  # noqa: E731
     return [
         EngineConfig(name, source, None if workspace < 0 else int(workspace), split(numerical),
@@ -171,36 +147,29 @@ def engine_configs(
 
 
 def legacy_workspace_sizes(
-    direction: str,
-    input: torch.Tensor,
-    weight: torch.Tensor,
+    conv: ConvLike,
+    input: TensorLike | None = None,
+    weight: TensorLike | None = None,
+    /,
     *,
-    stride: IntOrSequence = 1,
-    padding: IntOrSequence = 0,
-    dilation: IntOrSequence = 1,
-    groups: int = 1,
-    transposed: bool = False,
-    output_padding: IntOrSequence = 0,
     allow_tf32: bool | None = None,
+    **geometry: Unpack[Geometry],
 ) -> dict[int, int | None]:
-    """Workspace bytes each legacy algorithm of ``direction`` asks for on this
-    convolution, ``None`` where cuDNN does not support it. Nothing is executed.
+    """Workspace bytes each legacy algorithm of the convolution's direction asks
+    for, ``None`` where cuDNN does not support it. Nothing is executed.
 
-    ``input`` and ``weight`` are CUDA tensors shaped as for ``torch.nn.functional.convNd``
-    (``conv_transposeNd`` with ``transposed=True``); their memory format chooses NCHW
-    or NHWC as PyTorch would. ``direction`` is the cuDNN call: for a transposed
-    convolution the forward pass is ``"bwd_data"`` and the input gradient ``"fwd"``.
-    ``allow_tf32`` defaults to ``torch.backends.cudnn.allow_tf32``.
+    The convolution is given as for :func:`engine_configs`. Its memory format
+    (from the tensors, or the description's layout) chooses NCHW or NHWC as
+    PyTorch would. The direction is the cuDNN call: for a transposed
+    convolution the forward pass is ``"bwd_data"`` and the input gradient
+    ``"fwd"``. ``allow_tf32`` defaults to ``torch.backends.cudnn.allow_tf32``.
     """
-    spec = _direction(direction)
-    input, weight, p = _user_conv_args(input, weight, stride, padding, dilation, output_padding)
+    spec = as_conv_spec(conv, input, weight, geometry)
     allow_tf32, _ = _settings(allow_tf32, deterministic=False)
     ops = _extension.ops()
+    args = spec.op_args()
     sizes: dict[int, int | None] = {}
-    for algo in range(len(spec.names)):
-        bytes_ = ops.legacy_workspace_size(
-            spec.key, input, weight, p["padding"], p["stride"], p["dilation"], groups,
-            transposed, p["output_padding"], allow_tf32, algo,
-        )
+    for algo in range(len(_direction(spec.direction).names)):
+        bytes_ = ops.legacy_workspace_size(spec.direction, *args, allow_tf32, algo)
         sizes[algo] = None if bytes_ < 0 else int(bytes_)
     return sizes

@@ -14,12 +14,19 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
+
+from typing_extensions import Unpack
 
 __all__ = [
     "TOLERANCES",
     "ProfileRow",
     "ProfileTable",
+    "POLICIES",
     "choose_fastest",
+    "choose_least_workspace",
+    "choose_lowest_energy",
+    "eligible_rows",
     "tolerance_for",
 ]
 
@@ -154,15 +161,29 @@ class ProfileTable:
         workspace_limit: int | None = None,
     ) -> ProfileRow | None:
         """The ``"fastest"`` policy's pick from this table (see :func:`choose_fastest`)."""
+        return self.pick("fastest", tolerance=tolerance, deterministic=deterministic, allow_tf32=allow_tf32,
+                         workspace_limit=workspace_limit)
+
+    def pick(
+        self,
+        policy: str,
+        *,
+        tolerance: float | None = None,
+        deterministic: bool = False,
+        allow_tf32: bool = True,
+        workspace_limit: int | None = None,
+    ) -> ProfileRow | None:
+        """A policy's pick ("fastest", "least_workspace", "lowest_energy") under
+        the contract's rules; None: no row qualifies."""
+        try:
+            choose = POLICIES[policy]
+        except KeyError:
+            raise ValueError(f"unknown policy {policy!r}; policies are {', '.join(POLICIES)}") from None
         if tolerance is None:
             tolerance = tolerance_for(self.dtype, allow_tf32)
-        return choose_fastest(
-            self.rows,
-            tolerance=tolerance,
-            deterministic=deterministic,
-            reduced_precision_allowed=allow_tf32 or self.dtype != "float32",
-            workspace_limit=workspace_limit,
-        )
+        return choose(self.rows, tolerance=tolerance, deterministic=deterministic,
+                      reduced_precision_allowed=allow_tf32 or self.dtype != "float32",
+                      workspace_limit=workspace_limit)
 
     # -- printing ---------------------------------------------------------
     def format(self) -> str:
@@ -296,22 +317,19 @@ def _parse_optional(text: str, parse):
     return None if text == "" else parse(text)
 
 
-def choose_fastest(
+def eligible_rows(
     rows: Iterable[ProfileRow],
     *,
     tolerance: float,
     deterministic: bool = False,
     reduced_precision_allowed: bool = True,
     workspace_limit: int | None = None,
-) -> ProfileRow | None:
-    """The ``"fastest"`` policy: among rows that ran (status "ok") and can be
-    pinned (value not None), with max_rel_error <= ``tolerance``, deterministic
-    when ``deterministic``, no TF32/down-convert notes unless
-    ``reduced_precision_allowed``, and workspace <= ``workspace_limit``: the
-    lowest median time; medians within ``TIE_RELATIVE`` of it are a tie, won by
-    the smaller workspace. None when no row qualifies (the stock path runs).
-    """
-    eligible = [
+) -> list[ProfileRow]:
+    """Rows a policy may pick: they ran (status "ok") and can be pinned (value
+    not None), with max_rel_error <= ``tolerance``, deterministic when
+    ``deterministic``, no TF32/down-convert notes unless
+    ``reduced_precision_allowed``, and workspace <= ``workspace_limit``."""
+    return [
         row for row in rows
         if row.ok
         and row.value is not None
@@ -323,8 +341,56 @@ def choose_fastest(
         and (reduced_precision_allowed or not _REDUCED_PRECISION_NOTES.intersection(row.notes))
         and (workspace_limit is None or (row.workspace is not None and row.workspace <= workspace_limit))
     ]
+
+
+class PolicyRules(TypedDict, total=False):
+    """The keywords of :func:`eligible_rows` after ``rows``."""
+
+    tolerance: float
+    deterministic: bool
+    reduced_precision_allowed: bool
+    workspace_limit: int | None
+
+
+def choose_fastest(rows: Iterable[ProfileRow], **rules: Unpack[PolicyRules]) -> ProfileRow | None:
+    """The ``"fastest"`` policy: among the :func:`eligible_rows` (``rules`` are
+    its keywords), the lowest median time; medians within ``TIE_RELATIVE`` of
+    it are a tie, won by the smaller workspace. None when no row qualifies (the
+    stock path runs).
+    """
+    eligible = eligible_rows(rows, **rules)
     if not eligible:
         return None
     best = min(row.time_ms for row in eligible)
     tied = [row for row in eligible if row.time_ms <= best * (1 + TIE_RELATIVE)]
     return min(tied, key=lambda row: (row.workspace or 0, row.time_ms))
+
+
+# The "least_workspace" policy's time budget over the fastest eligible row.
+LEAST_WORKSPACE_SLACK = 0.05
+
+
+def choose_least_workspace(rows: Iterable[ProfileRow], **rules: Unpack[PolicyRules]) -> ProfileRow | None:
+    """The ``"least_workspace"`` policy: among the :func:`eligible_rows` no more
+    than ``LEAST_WORKSPACE_SLACK`` (5%) slower than the fastest of them, the
+    smallest workspace (then the faster). None when no row qualifies."""
+    eligible = eligible_rows(rows, **rules)
+    if not eligible:
+        return None
+    budget = min(row.time_ms for row in eligible) * (1 + LEAST_WORKSPACE_SLACK)
+    within = [row for row in eligible if row.time_ms <= budget]
+    return min(within, key=lambda row: (row.workspace or 0, row.time_ms))
+
+
+def choose_lowest_energy(rows: Iterable[ProfileRow], **rules: Unpack[PolicyRules]) -> ProfileRow | None:
+    """The ``"lowest_energy"`` policy: among the :func:`eligible_rows` whose
+    energy per call was measured, the lowest (then the faster). None when no
+    row qualifies or none has an energy reading."""
+    measured = [row for row in eligible_rows(rows, **rules) if row.energy_j is not None]
+    if not measured:
+        return None
+    return min(measured, key=lambda row: (row.energy_j, row.time_ms))
+
+
+POLICIES = {"fastest": choose_fastest, "least_workspace": choose_least_workspace,
+            "lowest_energy": choose_lowest_energy}

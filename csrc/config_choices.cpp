@@ -1,0 +1,134 @@
+#include "config_choices.h"
+
+#include <array>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+namespace torch_cudnn_algo {
+namespace {
+
+// The key a plan entry matches on: the call's key without device, settings or
+// algorithm (see config_choices.h).
+ConvKey entry_key(ConvKey key) {
+  key.device = 0;
+  key.deterministic = false;
+  key.allow_tf32 = false;
+  key.algo = kNoChoice;
+  return key;
+}
+
+struct ConfigChoices {
+  std::unordered_map<ConvKey, std::shared_ptr<const ConfigChoice>, ConvKeyHash> by_key;
+  std::vector<ConvKey> order;  // staging order, for listing
+};
+
+// Read with std::atomic_load: a published ConfigChoices is immutable.
+std::shared_ptr<const ConfigChoices> g_in_force;
+std::array<std::atomic<bool>, kNumDirections> g_covers{};
+// Staging runs under the GIL, but nothing here relies on that.
+std::mutex g_stage_mutex;
+ConfigChoices g_staged;
+
+std::atomic<bool> g_recording{false};
+std::mutex g_record_mutex;
+std::unordered_set<ConvKey, ConvKeyHash> g_recorded_keys;
+std::vector<std::string> g_recorded;
+
+void publish(std::shared_ptr<const ConfigChoices> choices) {
+  std::array<bool, kNumDirections> covers{};
+  if (choices) {
+    for (const auto& key : choices->order) covers[static_cast<int>(key.dir())] = true;
+  }
+  std::atomic_store(&g_in_force, std::move(choices));
+  for (int i = 0; i < kNumDirections; ++i) g_covers[i].store(covers[i]);
+}
+
+}  // namespace
+
+void stage_config_choice(const ConvKey& key, const std::string& value, const std::string& label) {
+  auto entry = std::make_shared<ConfigChoice>();
+  entry->label = label;
+  if (!value.empty()) {
+    auto choice = std::make_shared<Choice>(*choice_from_flag_value(value));  // validates names
+    if (!choice->is_engine()) check_legacy_algo(key.dir(), choice->legacy_algo);
+    choice->origin = "the plan entry '" + label + "'";
+    entry->choice = std::move(choice);
+  }
+  const ConvKey normalized = entry_key(key);
+  std::lock_guard<std::mutex> lock(g_stage_mutex);
+  if (g_staged.by_key.insert_or_assign(normalized, std::move(entry)).second) {
+    g_staged.order.push_back(normalized);
+  }
+}
+
+void commit_config_choices() {
+  std::shared_ptr<const ConfigChoices> staged;
+  {
+    std::lock_guard<std::mutex> lock(g_stage_mutex);
+    if (!g_staged.order.empty()) staged = std::make_shared<const ConfigChoices>(std::move(g_staged));
+    g_staged = ConfigChoices{};
+  }
+  auto previous = std::atomic_load(&g_in_force);
+  publish(staged);
+  try {
+    refresh_overrides();
+  } catch (...) {
+    publish(std::move(previous));
+    refresh_overrides();
+    throw;
+  }
+}
+
+void discard_staged_config_choices() {
+  std::lock_guard<std::mutex> lock(g_stage_mutex);
+  g_staged = ConfigChoices{};
+}
+
+std::shared_ptr<const ConfigChoice> config_choice(const ConvKey& key) {
+  const auto choices = std::atomic_load(&g_in_force);
+  if (!choices) return nullptr;
+  const auto it = choices->by_key.find(entry_key(key));
+  return it == choices->by_key.end() ? nullptr : it->second;
+}
+
+bool config_choices_cover(Direction direction) {
+  return g_covers[static_cast<int>(direction)].load(std::memory_order_relaxed);
+}
+
+std::vector<std::shared_ptr<const ConfigChoice>> config_choices_in_force() {
+  std::vector<std::shared_ptr<const ConfigChoice>> entries;
+  if (const auto choices = std::atomic_load(&g_in_force)) {
+    for (const auto& key : choices->order) entries.push_back(choices->by_key.at(key));
+  }
+  return entries;
+}
+
+void set_config_recording(bool enabled) {
+  if (enabled) {
+    std::lock_guard<std::mutex> lock(g_record_mutex);
+    g_recorded_keys.clear();
+    g_recorded.clear();
+  }
+  g_recording.store(enabled);
+  refresh_overrides();  // recording needs every direction's calls
+}
+
+bool config_recording() {
+  return g_recording.load(std::memory_order_relaxed);
+}
+
+void record_config(const ConvKey& key) {
+  ConvKey recorded = key;
+  recorded.algo = kNoChoice;
+  std::lock_guard<std::mutex> lock(g_record_mutex);
+  if (g_recorded_keys.insert(recorded).second) g_recorded.push_back(python_request(recorded));
+}
+
+std::vector<std::string> recorded_configs() {
+  std::lock_guard<std::mutex> lock(g_record_mutex);
+  return g_recorded;
+}
+
+}  // namespace torch_cudnn_algo

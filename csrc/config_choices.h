@@ -1,0 +1,64 @@
+// The per-configuration choices of the torch_cudnn_algo.Plan in use: for a
+// convolution configuration the plan names, its entry wins over the
+// direction's flag; every other configuration follows the flags. Also the
+// recording of the configurations a model runs, which tune() profiles.
+//
+// Entries match on the convolution itself (direction, shapes, dtype, layout,
+// stride, padding, dilation, groups, transposed, output padding), not on the
+// device or the determinism/TF32 settings: every rank of a job, whatever its
+// GPU index, runs the same entry, and the contract's rules still refuse an
+// entry the settings forbid (warning or strict error, as for a flag).
+#pragma once
+
+#include "conv_key.h"
+#include "selection.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_cudnn_algo {
+
+// One plan entry. Immutable but for the run count.
+struct ConfigChoice {
+  std::string label;                     // the configuration as the plan names it
+  std::shared_ptr<const Choice> choice;  // nullptr: stock PyTorch's own path
+  mutable std::atomic<int64_t> runs{0};  // calls that ran this entry's choice
+};
+
+// Adds an entry to the plan being staged (replacing one for the same
+// configuration). `value` is a flag value ("1", an engine configuration name)
+// or "" for the stock path; a malformed one raises ValueError. Nothing is in
+// force until commit_config_choices().
+void stage_config_choice(const ConvKey& key, const std::string& value, const std::string& label);
+
+// Puts the staged entries in force (an empty stage: no plan), replacing the
+// previous plan atomically, and (de)registers the overrides to match.
+void commit_config_choices();
+
+// Forgets the staged entries (a plan that failed validation half-way).
+void discard_staged_config_choices();
+
+// The entry for key's configuration in the plan in force, or nullptr. Called
+// once per configuration per thread (select_plan memoizes the outcome).
+std::shared_ptr<const ConfigChoice> config_choice(const ConvKey& key);
+
+// Whether the plan in force has an entry in `direction` (its calls must then
+// pass through the overrides). One atomic load: called on every convolution.
+bool config_choices_cover(Direction direction);
+
+// The entries in force, in staging order.
+std::vector<std::shared_ptr<const ConfigChoice>> config_choices_in_force();
+
+// While on, every configuration reaching the overrides is recorded (and runs
+// as it would otherwise). Turning it on clears the record.
+void set_config_recording(bool enabled);
+bool config_recording();
+void record_config(const ConvKey& key);
+// The recorded configurations, each as python_request() describes it, in the
+// order they were first met.
+std::vector<std::string> recorded_configs();
+
+}  // namespace torch_cudnn_algo

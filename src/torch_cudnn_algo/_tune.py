@@ -1,0 +1,183 @@
+"""tune(model, example_inputs): collect a model's convolutions, choose per configuration, return a Plan.
+
+The model runs forward and backward once as it would in training (the
+caller's autocast, layouts, flags and plan apply), while the extension records
+every configuration that reaches cuDNN; the model's buffers (BatchNorm
+statistics) and gradients are restored afterwards. Each recorded configuration
+in the requested directions is then decided by the policy:
+
+- ``"fastest"``: the C++ tuner of the ``"fastest"`` flag policy (heuristics
+  list, stock's configuration always among the candidates, a pick must beat it
+  by 1% and match a float64 reference);
+- ``"least_workspace"``: the full profile table; the smallest workspace within
+  5% of the fastest eligible candidate;
+- ``"lowest_energy"``: the full profile table with NVML energy per call; the
+  least energy (needs NVML's energy counter).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import torch
+
+from . import _extension, _flags, _nvml
+from ._conv_spec import DIRECTION_NAMES, ConvSpec
+from ._plan import Plan, PlanEntry
+from ._profile import profile
+from ._table import POLICIES
+
+__all__ = ["collect_configurations", "tune"]
+
+Configuration = tuple[ConvSpec, bool, bool, int]  # spec, deterministic, allow_tf32, device index
+
+
+def _tensors(value: object) -> Iterator[torch.Tensor]:
+    """The tensors in a (nested) output: tensor, sequence or mapping."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _default_loss(output: object) -> torch.Tensor:
+    """A scalar that reaches every differentiable output."""
+    parts = [t.float().sum() for t in _tensors(output) if t.requires_grad]
+    if not parts:
+        raise ValueError("tune: the model's output has no tensor that requires grad, so no backward "
+                         "convolution would run; pass directions=('fwd',) or a loss_fn")
+    return torch.stack(parts).sum()
+
+
+@contextlib.contextmanager
+def _model_state_kept(model: torch.nn.Module) -> Iterator[None]:
+    """Restores buffers (BatchNorm running statistics) and gradients after the collecting pass."""
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    grads = [(p, p.grad) for p in model.parameters()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+        for parameter, grad in grads:
+            parameter.grad = grad
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[None]:
+    ops = _extension.ops()
+    ops.set_config_recording(True)
+    try:
+        yield
+    finally:
+        ops.set_config_recording(False)
+
+
+def collect_configurations(
+    model: Callable[..., object],
+    example_inputs: torch.Tensor | Sequence[object],
+    *,
+    backward: bool = True,
+    loss_fn: Callable[[object], torch.Tensor] | None = None,
+) -> list[Configuration]:
+    """The cuDNN convolution configurations one forward (and backward) pass of
+    ``model(*example_inputs)`` runs, in the order first met."""
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    keep = _model_state_kept(model) if isinstance(model, torch.nn.Module) else contextlib.nullcontext()
+    with keep, _recording():
+        output = model(*inputs)
+        if backward:
+            loss = (loss_fn or _default_loss)(output)
+            loss.backward()
+        torch.cuda.synchronize()
+    configurations = []
+    for text in _extension.ops().recorded_configs():
+        request = ast.literal_eval(text)
+        configurations.append((ConvSpec.from_request(request), bool(request["deterministic"]),
+                               bool(request["allow_tf32"]), int(request["device"])))
+    return configurations
+
+
+def _decide_fastest(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> PlanEntry:
+    entry = json.loads(_extension.ops().tune_fastest_conv(spec.direction, *spec.op_args(), deterministic,
+                                                          allow_tf32))
+    return PlanEntry(entry["pick"], entry["pick_ms"], entry["stock_config_ms"], entry["workspace"])
+
+
+def _decide_from_table(spec: ConvSpec, deterministic: bool, allow_tf32: bool, policy: str) -> PlanEntry:
+    limit = _flags.get_flag("conv_workspace_limit")
+    table = profile(spec, allow_tf32=allow_tf32, deterministic=deterministic, warmup=3, reps=10,
+                    energy=policy == "lowest_energy", workspace_limit=limit)
+    pick = table.pick(policy, deterministic=deterministic, allow_tf32=allow_tf32, workspace_limit=limit)
+    stock = table.stock
+    stock_ms = stock.time_ms if stock is not None else None
+    if pick is None:
+        return PlanEntry(None, stock_ms, stock_ms, None, stock.energy_j if stock is not None else None)
+    return PlanEntry(pick.value, pick.time_ms, stock_ms, pick.workspace, pick.energy_j)
+
+
+def _progress(items: Sequence[Configuration], enabled: bool) -> Iterable[Configuration]:
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc="tuning cuDNN convolutions", unit="conv", disable=not enabled, leave=True)
+
+
+def tune(
+    model: Callable[..., object],
+    example_inputs: torch.Tensor | Sequence[object],
+    policy: str = "fastest",
+    directions: Sequence[str] = DIRECTION_NAMES,
+    *,
+    loss_fn: Callable[[object], torch.Tensor] | None = None,
+    progress: bool = True,
+) -> Plan:
+    """Runs ``model(*example_inputs)`` forward (and backward when a backward
+    direction is asked for) to collect its cuDNN convolutions, decides each
+    configuration in ``directions`` by ``policy`` (with a progress bar) and
+    returns the :class:`Plan`; nothing is put in use (see :func:`use_plan`).
+
+    Run it as training runs: under the same ``torch.autocast``, layouts,
+    batch size and determinism settings, since each is a different
+    configuration. ``loss_fn(output)`` gives the scalar to differentiate
+    (default: the sum of every output tensor requiring grad). Policies:
+    ``"fastest"``, ``"least_workspace"`` (smallest workspace within 5% of the
+    fastest), ``"lowest_energy"`` (NVML energy per call; raises where NVML has
+    no energy counter). Must run outside CUDA graph capture.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; policies are {', '.join(POLICIES)}")
+    if isinstance(directions, str):
+        directions = (directions,)
+    unknown = [d for d in directions if d not in DIRECTION_NAMES]
+    if unknown or not directions:
+        raise ValueError(f"directions must be a non-empty subset of {', '.join(DIRECTION_NAMES)}, "
+                         f"got {tuple(directions)!r}")
+    if not _extension.is_loaded():
+        raise RuntimeError(f"torch_cudnn_algo.tune needs the C++ extension: {_extension.load_error()}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch_cudnn_algo.tune needs a CUDA GPU (torch.cuda.is_available() is False)")
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("torch_cudnn_algo.tune cannot run during CUDA graph capture")
+    if policy == "lowest_energy" and _nvml.energy_counter(torch.cuda.current_device()) is None:
+        raise RuntimeError("the lowest_energy policy needs NVML's GPU energy counter, which this GPU or "
+                           "driver does not offer; use 'fastest' or 'least_workspace'")
+    backward = any(d != "fwd" for d in directions)
+    configurations = [c for c in collect_configurations(model, example_inputs, backward=backward,
+                                                         loss_fn=loss_fn)
+                      if c[0].direction in directions]
+    plan = Plan({}, policy=policy)
+    for spec, deterministic, allow_tf32, device in _progress(configurations, progress):
+        with torch.cuda.device(device):
+            if policy == "fastest":
+                plan[spec] = _decide_fastest(spec, deterministic, allow_tf32)
+            else:
+                plan[spec] = _decide_from_table(spec, deterministic, allow_tf32, policy)
+    return plan

@@ -1,0 +1,191 @@
+"""GPU: plans end to end, against what we did not write — stock PyTorch's and
+a float64 step's outputs — and across processes.
+
+``torch-cudnn-algo tune`` on the default network writes a plan; fresh
+processes loading it (TORCH_CUDNN_ALGO_PLAN) run every planned choice (the
+per-entry run counters) with outputs as close to float64 as stock's, and two
+of them run the same algorithms; tune()'s policies; ``profile --plot``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_cudnn_algo
+from torch_cudnn_algo import ConvSpec, Plan
+
+pytestmark = pytest.mark.gpu
+
+JOBS = Path(__file__).parent / "jobs"
+BATCH, IMAGE = 8, 64  # the default network, small enough for a test
+
+
+def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, env={**os.environ, **env}, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def tuned_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    result = run([sys.executable, "-m", "torch_cudnn_algo", "tune", "--batch", str(BATCH), "--image-size", str(IMAGE),
+                  "--rounds", "2", "--steps", "3", "--no-progress", "-o", str(path)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    return path, result.stdout
+
+
+def test_tune_command_prints_choices_and_step_times_and_writes_the_plan(tuned_plan) -> None:
+    path, out = tuned_plan
+    plan = torch_cudnn_algo.load_plan(path)
+    assert plan.policy == "fastest" and plan.gpu == torch.cuda.get_device_name()
+    directions = {conv.direction for conv in plan}
+    assert directions == {"fwd", "bwd_data", "bwd_filter"}
+    # ResNet-50's 53 convolutions are 20 distinct configurations per direction (a few fewer for bwd_data).
+    assert len([c for c in plan if c.direction == "fwd"]) >= 15
+    for conv in plan:
+        assert f"{conv}" in out
+    assert "speedup (stock/tuned, per round)" in out and "plan written to" in out
+    for line in ("  wall ", "  GPU "):
+        assert line in out
+
+
+def probe(path: Path) -> dict:
+    result = run([sys.executable, str(JOBS / "plan_run_check.py"), str(BATCH), str(IMAGE)],
+                 TORCH_CUDNN_ALGO_PLAN=str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "cannot run this convolution" not in result.stderr, result.stderr  # no entry refused
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_fresh_process_runs_every_planned_choice_with_outputs_matching_stock(tuned_plan) -> None:
+    path, _ = tuned_plan
+    report = probe(path)
+    assert report["plan"] == str(path)
+    planned = [e for e in report["entries"] if e["choice"]]
+    assert planned and len(planned) == len(report["entries"])  # "fastest" always names a configuration
+    never_ran = [e for e in planned if e["runs"] == 0]
+    assert not never_ran, never_ran
+    assert len(report["announced"]) == len(planned)
+    # As close to float64 as stock PyTorch's own step is (AMP fp16 both).
+    for what in ("logits", "grads"):
+        assert report["error_plan"][what] <= max(2 * report["error_stock"][what], 1e-3), report
+
+
+def test_two_processes_loading_one_plan_run_the_same_algorithms(tuned_plan) -> None:
+    path, _ = tuned_plan
+    first, second = probe(path), probe(path)
+    assert first["entries"] == second["entries"]
+    assert first["announced"] == second["announced"]
+
+
+def small_model() -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 32, 3, stride=2, padding=1), torch.nn.ReLU(),
+    ).cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(8, 16, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+    return model, x
+
+
+def test_tune_leaves_the_model_as_it_was_and_plans_what_training_runs() -> None:
+    model, x = small_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.autocast("cuda", dtype=torch.float16):
+        plan = torch_cudnn_algo.tune(model, x, progress=False)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert all(p.grad is None for p in model.parameters())
+    # The first layer's input needs no gradient: training never runs its bwd_data.
+    assert sorted(str(c) for c in plan) == sorted([
+        "conv2d 8x16x32x32 -> 32x3x3 s1 p1 fp16 channels_last fwd",
+        "conv2d 8x16x32x32 -> 32x3x3 s1 p1 fp16 channels_last bwd_filter",
+        "conv2d 8x32x32x32 -> 32x3x3 s2 p1 fp16 channels_last fwd",
+        "conv2d 8x32x32x32 -> 32x3x3 s2 p1 fp16 channels_last bwd_data",
+        "conv2d 8x32x32x32 -> 32x3x3 s2 p1 fp16 channels_last bwd_filter",
+    ])
+    before_runs = torch_cudnn_algo.pinned_run_counts()
+    with torch_cudnn_algo.use_plan(plan), torch.autocast("cuda", dtype=torch.float16):
+        model(x).float().sum().backward()
+        counts = torch_cudnn_algo.plan_run_counts()
+    assert set(counts) == {str(c) for c in plan} and min(counts.values()) == 1, counts
+    after = torch_cudnn_algo.pinned_run_counts()
+    assert sum(after.values()) - sum(before_runs.values()) == 5
+
+
+def test_plan_entries_win_over_the_flags_and_other_configurations_follow_them() -> None:
+    x = torch.randn(4, 8, 16, 16, device="cuda")
+    w = torch.randn(8, 8, 3, 3, device="cuda")
+    planned = ConvSpec.of("fwd", x, w, padding=1)
+    other = torch.randn(4, 8, 20, 20, device="cuda")
+    legacy = torch_cudnn_algo.legacy_workspace_sizes(planned, allow_tf32=False)
+    algos = [a for a, size in legacy.items() if size is not None]
+    assert len(algos) >= 2
+    torch.backends.cudnn.conv_fwd_algo = algos[0]
+    with torch_cudnn_algo.use_plan(Plan({planned: algos[1]})), torch.backends.cudnn.flags(allow_tf32=False):
+        torch.nn.functional.conv2d(x, w, padding=1)
+        torch.nn.functional.conv2d(other, w, padding=1)
+        counts = torch_cudnn_algo.plan_run_counts()
+        reference = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
+        out = torch.nn.functional.conv2d(x, w, padding=1)
+    assert counts == {str(planned): 1}
+    assert ((out.double() - reference).abs().max() / reference.abs().max()).item() < 1e-5
+
+
+def test_a_refused_plan_entry_warns_naming_the_entry_and_stock_runs() -> None:
+    x = torch.randn(4, 8, 16, 16, device="cuda")
+    w = torch.randn(8, 8, 3, 3, device="cuda")
+    conv = ConvSpec.of("bwd_filter", x, w, padding=1)
+    nondeterministic = 0  # backward-filter algorithm 0 is non-deterministic
+    x.requires_grad_()
+    with torch_cudnn_algo.use_plan(Plan({conv: nondeterministic})), torch.backends.cudnn.flags(deterministic=True):
+        with pytest.warns(UserWarning, match=f"the plan entry '{conv}'"):
+            torch.nn.functional.conv2d(x, w.requires_grad_(), padding=1).sum().backward()
+        assert torch_cudnn_algo.plan_run_counts() == {str(conv): 0}
+
+
+@pytest.mark.parametrize("policy", ["least_workspace", "lowest_energy"])
+def test_profile_table_policies(policy: str) -> None:
+    model = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False).cuda().half().to(memory_format=torch.channels_last)
+    x = torch.randn(16, 32, 28, 28, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    try:
+        plan = torch_cudnn_algo.tune(model, x, policy=policy, directions=("fwd",), progress=False)
+    except RuntimeError as exc:
+        if "energy counter" in str(exc):
+            pytest.skip(str(exc))
+        raise
+    (conv,) = plan
+    entry = plan[conv]
+    assert entry.choice is not None and entry.time_ms is not None
+    if policy == "least_workspace":
+        table = torch_cudnn_algo.profile(conv, energy=False, reps=10)
+        fastest = table.fastest(deterministic=False, allow_tf32=True)
+        # Its workspace is no larger than the fastest's, its time within the policy's 5% (plus timing noise).
+        assert entry.workspace <= fastest.workspace
+        assert entry.time_ms <= fastest.time_ms * 1.05 * 1.15
+    else:
+        assert entry.energy_j is not None and entry.energy_j > 0
+
+
+def test_profile_command_plots_a_valid_png(tmp_path: Path) -> None:
+    path = tmp_path / "time_vs_workspace.png"
+    result = run([sys.executable, "-m", "torch_cudnn_algo", "profile",
+                  "conv2d 16x64x28x28 -> 64x3x3 s1 p1 fp16 channels_last fwd", "--reps", "5", "--no-energy",
+                  "--plot", str(path)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    image = pytest.importorskip("matplotlib.image").imread(path)
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_list_command_on_the_gpu() -> None:
+    result = run([sys.executable, "-m", "torch_cudnn_algo", "list",
+                  "conv2d 16x64x28x28 -> 64x3x3 s1 p1 fp16 channels_last fwd"])
+    assert result.returncode == 0, result.stderr
+    assert "candidates can run it" in result.stdout and "heuristics_a" in result.stdout

@@ -1,0 +1,72 @@
+"""CPU: ``profile --plot`` draws a synthetic table to a PNG, refuses a table with
+nothing timed, and says how to install matplotlib when it is missing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from torch_cudnn_algo._plot import plot_profile
+from torch_cudnn_algo._table import ProfileRow, ProfileTable
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MIB = 1 << 20
+
+
+def _table() -> ProfileTable:
+    return ProfileTable(
+        "fwd",
+        "conv2d: input [64, 256, 56, 56] torch.float16 channels_last, weight [64, 256, 1, 1], "
+        "stride [1, 1], padding [0, 0], dilation [1, 1], groups 1",
+        "float16",
+        [
+            ProfileRow(0, "IMPLICIT_GEMM", "ok", 0.91, 0, True, ("TENSOR_OP_MATH",), 2e-4),
+            ProfileRow(1, "IMPLICIT_PRECOMP_GEMM", "ok", 0.62, 3 * 1024, True, (), 2e-4),
+            ProfileRow(4, "FFT", "ok", 2.5, 300 * MIB, True, (), 5e-4),
+            ProfileRow(2, "GEMM", "unsupported: cuDNN does not support it"),
+            ProfileRow("eng0_k2=1", "heuristics_a", "ok", 0.55, 0, True, (), 1e-4),
+            ProfileRow("eng62_k2=1_k13=1", "heuristics_a", "ok", 0.48, 12 * MIB, False, (), 1e-4),
+            ProfileRow("eng65_k2=7", "fallback", "failed: CUDNN_STATUS_EXECUTION_FAILED"),
+            ProfileRow(None, "stock", "ok", 0.60),
+        ],
+    )
+
+
+def test_plot_writes_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    path = tmp_path / "p.png"
+    plot_profile(_table(), path)
+    assert path.read_bytes().startswith(PNG_SIGNATURE)
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_plot_accepts_str_path_and_only_stock(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    table = ProfileTable("bwd_data", "conv", "float32", [ProfileRow(None, "stock", "ok", 1.0)])
+    path = tmp_path / "stock.png"
+    plot_profile(table, str(path))
+    assert path.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_plot_without_timed_rows_raises(tmp_path: Path) -> None:
+    table = ProfileTable("fwd", "conv", "float16", [
+        ProfileRow(2, "GEMM", "unsupported: cuDNN does not support it"),
+        ProfileRow("eng0", "heuristics_a", "out of memory"),
+        ProfileRow(1, "IMPLICIT_PRECOMP_GEMM", "ok"),  # "ok" but no time: not plotted
+    ])
+    with pytest.raises(ValueError, match="no candidate in this table ran"):
+        plot_profile(table, tmp_path / "p.png")
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match=r"torch-cudnn-algo\[plot\]"):
+        plot_profile(_table(), tmp_path / "p.png")
