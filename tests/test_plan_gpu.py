@@ -50,7 +50,7 @@ def test_tune_command_prints_choices_and_step_times_and_writes_the_plan(tuned_pl
     for conv in plan:
         assert f"{conv}" in out
     assert "speedup (stock/tuned, per round)" in out and "plan written to" in out
-    for line in ("  wall ", "  GPU "):
+    for line in ("  wall ", "  GPU kernels ", "  conv kernels "):
         assert line in out
 
 
@@ -127,7 +127,7 @@ def test_plan_entries_win_over_the_flags_and_other_configurations_follow_them() 
     algos = [a for a, size in legacy.items() if size is not None]
     assert len(algos) >= 2
     torch.backends.cudnn.conv_fwd_algo = algos[0]
-    with torch_cudnn_algo.use_plan(Plan({planned: algos[1]})), torch.backends.cudnn.flags(allow_tf32=False):
+    with torch_cudnn_algo.use_plan(Plan({planned: algos[1]})), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         torch.nn.functional.conv2d(x, w, padding=1)
         torch.nn.functional.conv2d(other, w, padding=1)
         counts = torch_cudnn_algo.plan_run_counts()
@@ -143,7 +143,7 @@ def test_a_refused_plan_entry_warns_naming_the_entry_and_stock_runs() -> None:
     conv = ConvSpec.of("bwd_filter", x, w, padding=1)
     nondeterministic = 0  # backward-filter algorithm 0 is non-deterministic
     x.requires_grad_()
-    with torch_cudnn_algo.use_plan(Plan({conv: nondeterministic})), torch.backends.cudnn.flags(deterministic=True):
+    with torch_cudnn_algo.use_plan(Plan({conv: nondeterministic})), torch.backends.cudnn.flags(enabled=True, deterministic=True):
         with pytest.warns(UserWarning, match=f"the plan entry '{conv}'"):
             torch.nn.functional.conv2d(x, w.requires_grad_(), padding=1).sum().backward()
         assert torch_cudnn_algo.plan_run_counts() == {str(conv): 0}

@@ -171,40 +171,60 @@ def _training_step(model: Callable[..., object], inputs: Sequence[object], amp: 
     loss.backward()
 
 
-def _time_steps(step: Callable[[], None], steps: int) -> tuple[float, float]:
-    """(wall ms, GPU ms) per step over `steps` steps."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+_CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
+
+
+def _wall_ms(step: Callable[[], None], steps: int) -> float:
+    """Wall time per step: what a host-bound eager step costs."""
     torch.cuda.synchronize()
-    wall = time.perf_counter()
-    start.record()
+    started = time.perf_counter()
     for _ in range(steps):
         step()
-    end.record()
-    end.synchronize()
-    return (time.perf_counter() - wall) * 1e3 / steps, start.elapsed_time(end) / steps
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) * 1e3 / steps
+
+
+def _kernel_ms(step: Callable[[], None], steps: int) -> tuple[float, float]:
+    """(all kernels, convolution ops' kernels) GPU ms per step, from torch.profiler:
+    GPU time without the host's launch gaps, which wall time on a host-bound step hides."""
+    from torch.autograd import DeviceType
+
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profiler:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kernels_us = sum(e.time_range.elapsed_us() for e in profiler.events() if e.device_type == DeviceType.CUDA)
+    conv_us = sum(a.device_time_total for a in profiler.key_averages() if a.key in _CONV_OPS)
+    return kernels_us / 1e3 / steps, conv_us / 1e3 / steps
 
 
 def _compare_steps(step: Callable[[], None], plan, rounds: int, steps: int) -> dict[str, list[float]]:
-    """Stock and the plan, interleaved round by round (same process, same inputs)."""
+    """Stock and the plan, interleaved round by round in this process on the same
+    inputs: per round, wall ms per step and profiled GPU kernel ms per step."""
     import torch_cudnn_algo
 
-    times: dict[str, list[float]] = {"stock wall": [], "stock gpu": [], "tuned wall": [], "tuned gpu": []}
-    for name, chosen in (("stock", None), ("tuned", plan)):  # warm both (plans built, caches filled)
+    modes = (("stock", None), ("tuned", plan))
+    times: dict[str, list[float]] = {f"{mode} {what}": [] for mode, _ in modes for what in ("wall", "gpu", "conv")}
+    for _name, chosen in modes:  # warm both: plans built, caches filled, the profiler initialised
         with torch_cudnn_algo.use_plan(chosen):
             for _ in range(3):
                 step()
+            _kernel_ms(step, 1)
     for _ in range(rounds):
-        for name, chosen in (("stock", None), ("tuned", plan)):
+        for name, chosen in modes:
             with torch_cudnn_algo.use_plan(chosen):
-                wall, gpu = _time_steps(step, steps)
-            times[f"{name} wall"].append(wall)
+                step()  # the first call after switching selects again: not timed
+                times[f"{name} wall"].append(_wall_ms(step, steps))
+                gpu, conv = _kernel_ms(step, 2)
             times[f"{name} gpu"].append(gpu)
+            times[f"{name} conv"].append(conv)
     return times
 
 
 def _ratio_line(label: str, stock: list[float], tuned: list[float]) -> str:
     ratios = [s / t for s, t in zip(stock, tuned)]
-    return (f"  {label:<9} stock {statistics.median(stock):8.2f} ms   tuned {statistics.median(tuned):8.2f} ms   "
+    return (f"  {label:<12} stock {statistics.median(stock):8.2f} ms   tuned {statistics.median(tuned):8.2f} ms   "
             f"speedup (stock/tuned, per round) min {min(ratios):.3f}  median {statistics.median(ratios):.3f}  "
             f"max {max(ratios):.3f}")
 
@@ -236,9 +256,11 @@ def _tune(args: argparse.Namespace) -> int:
             parameter.grad = None
 
     times = _compare_steps(step, plan, args.rounds, args.steps)
-    print(f"training step (forward + backward), {args.rounds} interleaved rounds of {args.steps} steps:")
+    print(f"training step (forward + backward) per step, medians of {args.rounds} interleaved rounds "
+          f"({args.steps} steps timed for wall, 2 profiled for GPU time):")
     print(_ratio_line("wall", times["stock wall"], times["tuned wall"]))
-    print(_ratio_line("GPU", times["stock gpu"], times["tuned gpu"]))
+    print(_ratio_line("GPU kernels", times["stock gpu"], times["tuned gpu"]))
+    print(_ratio_line("conv kernels", times["stock conv"], times["tuned conv"]))
     plan.save(args.output)
     print(f"plan written to {args.output}; use it with TORCH_CUDNN_ALGO_PLAN={args.output} python train.py "
           "or torch_cudnn_algo.use_plan(torch_cudnn_algo.load_plan(path))")
@@ -281,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--directions", default="fwd,bwd_data,bwd_filter",
                       type=_directions_argument, help="comma-separated cuDNN directions to plan")
     tune.add_argument("--output", "-o", default=DEFAULT_PLAN_PATH, help=f"plan file (default {DEFAULT_PLAN_PATH})")
-    tune.add_argument("--rounds", type=int, default=5, help="interleaved stock/tuned timing rounds")
+    tune.add_argument("--rounds", type=int, default=7, help="interleaved stock/tuned timing rounds")
     tune.add_argument("--steps", type=int, default=10, help="training steps per timing round")
     tune.add_argument("--no-progress", action="store_true", help="no progress bar")
     tune.set_defaults(run=_tune)
