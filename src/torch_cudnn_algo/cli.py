@@ -201,21 +201,26 @@ def _kernel_ms(step: Callable[[], None], steps: int) -> tuple[float, float]:
 
 def _compare_steps(step: Callable[[], None], plan, rounds: int, steps: int) -> dict[str, list[float]]:
     """Stock and the plan, interleaved round by round in this process on the same
-    inputs: per round, wall ms per step and profiled GPU kernel ms per step."""
+    inputs: wall ms per step first, then (in rounds of their own, so the profiler
+    never runs between wall timings) profiled GPU kernel ms per step."""
     import torch_cudnn_algo
 
     modes = (("stock", None), ("tuned", plan))
     times: dict[str, list[float]] = {f"{mode} {what}": [] for mode, _ in modes for what in ("wall", "gpu", "conv")}
-    for _name, chosen in modes:  # warm both: plans built, caches filled, the profiler initialised
+    for _name, chosen in modes:  # warm both: plans built, caches filled
         with torch_cudnn_algo.use_plan(chosen):
             for _ in range(3):
                 step()
-            _kernel_ms(step, 1)
     for _ in range(rounds):
         for name, chosen in modes:
             with torch_cudnn_algo.use_plan(chosen):
                 step()  # the first call after switching selects again: not timed
                 times[f"{name} wall"].append(_wall_ms(step, steps))
+    _kernel_ms(step, 1)  # the profiler's first use initialises CUPTI: in no round
+    for _ in range(rounds):
+        for name, chosen in modes:
+            with torch_cudnn_algo.use_plan(chosen):
+                step()
                 gpu, conv = _kernel_ms(step, 2)
             times[f"{name} gpu"].append(gpu)
             times[f"{name} conv"].append(conv)
@@ -257,7 +262,7 @@ def _tune(args: argparse.Namespace) -> int:
 
     times = _compare_steps(step, plan, args.rounds, args.steps)
     print(f"training step (forward + backward) per step, medians of {args.rounds} interleaved rounds "
-          f"({args.steps} steps timed for wall, 2 profiled for GPU time):")
+          f"(wall: {args.steps} steps per round; GPU time: 2 profiled steps per round, in separate rounds):")
     print(_ratio_line("wall", times["stock wall"], times["tuned wall"]))
     print(_ratio_line("GPU kernels", times["stock gpu"], times["tuned gpu"]))
     print(_ratio_line("conv kernels", times["stock conv"], times["tuned conv"]))
@@ -304,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
                       type=_directions_argument, help="comma-separated cuDNN directions to plan")
     tune.add_argument("--output", "-o", default=DEFAULT_PLAN_PATH, help=f"plan file (default {DEFAULT_PLAN_PATH})")
     tune.add_argument("--rounds", type=int, default=7, help="interleaved stock/tuned timing rounds")
-    tune.add_argument("--steps", type=int, default=10, help="training steps per timing round")
+    tune.add_argument("--steps", type=int, default=20, help="training steps per wall-time round")
     tune.add_argument("--no-progress", action="store_true", help="no progress bar")
     tune.set_defaults(run=_tune)
     return parser
