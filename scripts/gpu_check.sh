@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: build and install the package against its torch, run the
-# demo and the whole test suite, and leave logs under $OUT.
+# main job (torch-cudnn-algo tune), the demo and the whole test suite, and leave logs under $OUT.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
 # Built with the image's default compiler (CXX=/opt/gcc/bin/g++): setup.py links the
@@ -14,6 +14,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -m pip install --no-build-isolation --no-deps -v . >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 grep -A6 "build configuration" "$OUT/build.log" | head -7
+(cd /tmp && torch-cudnn-algo tune --no-progress -o "$OUT/plan.json" 2>&1) | tee "$OUT/tune.log"
 (cd /tmp && python3 -m torch_cudnn_algo.demo "$@" 2>&1) | tee "$OUT/demo.log"
 python3 -m pytest -v -rfEs --durations=10 -p no:cacheprovider --junitxml="$OUT/junit.xml" \
   ${PYTEST_ARGS:-tests} >"$OUT/pytest.log" 2>&1
