@@ -189,3 +189,23 @@ def test_list_command_on_the_gpu() -> None:
                   "conv2d 16x64x28x28 -> 64x3x3 s1 p1 fp16 channels_last fwd"])
     assert result.returncode == 0, result.stderr
     assert "candidates can run it" in result.stdout and "heuristics_a" in result.stdout
+
+
+def test_torchvision_network_under_its_plan_is_as_close_to_float64_as_stock() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    from jobs.plan_run_check import rel, step
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().cuda().to(memory_format=torch.channels_last).eval()
+    x = torch.randn(8, 3, 96, 96, device="cuda").to(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=torch.float16):
+        plan = torch_cudnn_algo.tune(model, x, progress=False)
+    with torch_cudnn_algo.use_plan(plan):
+        planned = step(model, x, amp=True)
+        counts = torch_cudnn_algo.plan_run_counts()
+    stock = step(model, x, amp=True)
+    reference = step(model.double(), x.double(), amp=False)
+    assert len(counts) >= 20 and min(counts.values()) >= 1, counts
+    for index, what in enumerate(("logits", "grads")):
+        error_plan, error_stock = rel(planned[index], reference[index]), rel(stock[index], reference[index])
+        assert error_plan <= max(2 * error_stock, 1e-3), (what, error_plan, error_stock)
