@@ -23,9 +23,11 @@ from typing import TypedDict, Union
 import torch
 from typing_extensions import Unpack
 
+from ._algorithms import DIRECTIONS
+
 __all__ = ["ConvSpec", "Geometry", "TensorSpec", "as_conv_spec"]
 
-DIRECTION_NAMES = ("fwd", "bwd_data", "bwd_filter")
+DIRECTION_NAMES = tuple(DIRECTIONS)  # "fwd", "bwd_data", "bwd_filter"
 
 _DTYPE_TOKENS = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64"}
 _DTYPE_WORDS = {"fp16": torch.float16, "float16": torch.float16, "half": torch.float16,

@@ -32,6 +32,7 @@ from types import TracebackType
 import torch
 
 from . import _extension, _flags
+from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvLike, ConvSpec
 
 __all__ = ["Plan", "PlanEntry", "PlanError", "PlanMismatchWarning", "current_plan", "load_plan",
@@ -41,8 +42,6 @@ FORMAT = "torch-cudnn-algo plan"
 VERSION = 1
 ENV_VAR = "TORCH_CUDNN_ALGO_PLAN"
 
-_FLAG_OF_DIRECTION = {"fwd": "conv_fwd_algo", "bwd_data": "conv_bwd_data_algo",
-                      "bwd_filter": "conv_bwd_filter_algo"}
 _MEASURES = ("time_ms", "stock_ms", "workspace", "energy_j")
 
 
@@ -76,7 +75,7 @@ def _canonical_choice(conv: ConvSpec, choice: object) -> int | str | None:
         return None
     if isinstance(choice, str) and choice.lower() == "fastest":
         raise ValueError("a plan holds resolved choices, not the 'fastest' policy")
-    return _flags.FLAGS[_FLAG_OF_DIRECTION[conv.direction]].parse(choice)  # type: ignore[return-value]
+    return _flags.FLAGS[DIRECTIONS[conv.direction].flag].parse(choice)  # type: ignore[return-value]
 
 
 def _conv_key(conv: ConvLike) -> ConvSpec:

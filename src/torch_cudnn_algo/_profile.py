@@ -27,11 +27,11 @@ from typing_extensions import Unpack
 
 from . import _extension, _flags, _nvml
 from ._algorithms import DIRECTIONS
-from ._conv_spec import ConvLike, ConvSpec, Geometry, TensorLike, TensorSpec, as_conv_spec
+from ._conv_spec import ConvLike, Geometry, TensorLike, as_conv_spec
 from ._queries import _direction, _settings, engine_configs
 from ._table import ProfileRow, ProfileTable
 
-__all__ = ["Candidate", "TensorSpec", "list_algorithms", "profile"]
+__all__ = ["Candidate", "list_algorithms", "profile"]
 
 logger = logging.getLogger("torch_cudnn_algo")
 
