@@ -147,6 +147,39 @@ bool stock_runs_cudnn(const at::Tensor& input, const at::Tensor& weight,
   return cudnn;
 }
 
+// Raises a clear error unless input, weight and grad_output describe one
+// convolution with these parameters (the shape checks of a forward call, plus
+// grad_output's exact shape).
+void check_backward_geometry(const at::Tensor& grad_output, const at::Tensor& input,
+                             const at::Tensor& weight, const BackwardParams& params,
+                             bool transposed, int64_t groups) {
+  const char* what = transposed ? "conv_transpose" : "conv";
+  if (transposed) {
+    TORCH_CHECK(input.size(1) == weight.size(0) && weight.size(0) % groups == 0,
+                "torch_cudnn_algo: convolution_backward: input has ", input.size(1),
+                " channels but the transposed weight of shape ", weight.sizes(), " with groups=",
+                groups, " expects ", weight.size(0));
+  } else {
+    TORCH_CHECK(input.size(1) == weight.size(1) * groups && weight.size(0) % groups == 0,
+                "torch_cudnn_algo: convolution_backward: input has ", input.size(1),
+                " channels but weight of shape ", weight.sizes(), " with groups=", groups,
+                " expects ", weight.size(1) * groups);
+  }
+  const auto expected =
+      transposed ? conv_transpose_output_sizes(input.sizes(), weight.sizes(), params.padding,
+                                               params.output_padding, params.stride,
+                                               params.dilation, groups)
+                 : conv_output_sizes(input.sizes(), weight.sizes(), params.padding,
+                                     params.stride, params.dilation);
+  const at::IntArrayRef expected_sizes(expected.data(), static_cast<size_t>(input.dim()));
+  TORCH_CHECK(grad_output.sizes() == expected_sizes, "torch_cudnn_algo: convolution_backward: "
+              "grad_output has shape ", grad_output.sizes(), " but the ", what, " of input ",
+              input.sizes(), " with weight ", weight.sizes(), " (stride ", params.stride,
+              ", padding ", params.padding, ", dilation ", params.dilation,
+              transposed ? ", output_padding " : "", transposed ? c10::str(params.output_padding) : "",
+              ", groups ", groups, ") has output shape ", expected_sizes);
+}
+
 // Prepends the H=1 dimension's value to a 1-d parameter list.
 c10::DimVector as_2d(int64_t first, at::IntArrayRef values) {
   c10::DimVector out{first};
@@ -175,6 +208,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   if (!params || !stock_runs_cudnn(input, weight, bias_sizes, *params, transposed, groups)) {
     return stock(output_mask);
   }
+  // x, w and y must be one consistent problem before anything runs: our
+  // descriptors would otherwise describe memory the tensors do not have. Stock
+  // reaches the same verdict only through cuDNN, and only while its plan cache
+  // misses (its cache key ignores grad_output's shape: once the valid call ran,
+  // the wrong one runs silently on the cached plan). Raise it here, always.
+  check_backward_geometry(grad_output, input, weight, *params, transposed, groups);
+
   const c10::cuda::CUDAGuard device_guard(input.device());
   auto& context = at::globalContext();
   const bool deterministic = context.deterministicCuDNN() || context.deterministicAlgorithms();
@@ -199,7 +239,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   const at::Tensor in_c = output_mask[1] ? in.contiguous(stock_conv_memory_format(in, w)) : in;
   const at::Tensor go_c = go.contiguous(in_c.suggest_memory_format());
   const auto dtype = in.scalar_type();
-  const int64_t dim = in.dim();
   const auto data_format = stock_conv_memory_format(go_c, w);
   const auto filter_format = stock_conv_memory_format(in_c, go_c);
 
@@ -212,16 +251,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
     return make_conv_key(direction, kNoChoice, problem, dtype, in.device(), deterministic,
                          allow_tf32, format);
   };
-
-  // x, w and y must be one consistent problem: a grad_output of another shape (a
-  // direct call's mistake), or a transposed geometry no cuDNN call maps back onto
-  // (output_padding >= stride), is ATen's to judge. Our descriptors would
-  // otherwise describe memory the tensors do not have.
-  const auto y_sizes = conv_output_sizes(x.sizes(), w.sizes(), pad, str, dil);
-  if (at::IntArrayRef(y_sizes.data(), dim) != y.sizes() || x.size(1) != w.size(1) * groups ||
-      w.size(0) % groups != 0) {
-    return stock(output_mask);
-  }
 
   at::Tensor grad_input, grad_weight, grad_bias;
   if (pin_data) {

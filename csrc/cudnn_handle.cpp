@@ -10,9 +10,10 @@
 namespace torch_cudnn_algo {
 
 cudnnHandle_t current_cudnn_handle() {
-  cudnnHandle_t handle = at::native::getCudnnHandle();
-  TORCH_CUDNN_ALGO_CHECK(cudnnSetStream(handle, c10::cuda::getCurrentCUDAStream()));
-  return handle;
+  // torch 2.11's getCudnnHandle() already binds the handle to the current stream
+  // (its code calls cudnnSetStream after reserving the handle): a second
+  // cudnnSetStream here was one more cuDNN call on every convolution.
+  return at::native::getCudnnHandle();
 }
 
 c10::DataPtr allocate_workspace(size_t bytes) {

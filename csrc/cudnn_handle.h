@@ -11,7 +11,7 @@
 
 namespace torch_cudnn_algo {
 
-// at::native::getCudnnHandle() (per device and thread) with the current stream set.
+// torch's cuDNN handle of the current device and thread, bound to the current stream.
 cudnnHandle_t current_cudnn_handle();
 
 // Exactly `bytes` from torch's caching allocator on the current device, freed

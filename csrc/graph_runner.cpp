@@ -2,6 +2,7 @@
 
 #include "cudnn_handle.h"
 #include "plan_cache.h"
+#include "variant_pack_cache.h"
 
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
@@ -40,17 +41,31 @@ void bind_frontend_to_cudnn() {
   (void)bound;
 }
 
-// Tensor uids of the cuDNN problem x (*) w = y, whatever the direction.
-constexpr int64_t kUidX = 1;
-constexpr int64_t kUidW = 2;
-constexpr int64_t kUidY = 3;
-
 // The frontend keeps each configuration's notes and backend descriptor in its
 // protected plan list; this subclass reads them.
 class ConvGraph : public fe::graph::Graph {
  public:
   std::vector<std::string> numerical_notes_at(int64_t index) const;
   std::vector<std::string> behavior_notes_at(int64_t index) const;
+
+  // The built plan's backend descriptor, what cudnnBackendExecute runs.
+  cudnnBackendDescriptor_t backend_plan_at(int64_t index) const {
+    return plans.execution_plans.at(index)->get_raw_desc();
+  }
+
+  // Whether executing the plan at `index` needs nothing but a variant pack of
+  // the three operands and the workspace: no frontend-managed workspace, no
+  // auxiliary slots, no CUDA-graph retention of a runtime-compiled plan. Only
+  // meaningful once the frontend prepared its variant-pack template (after the
+  // first execute).
+  bool plain_variant_pack_at(int64_t index, int64_t workspace_bytes) const {
+    const auto& pack = varpack_template;
+    const auto& plan = *plans.execution_plans.at(index);
+    return pack.all_uids == std::vector<int64_t>{kUidX, kUidW, kUidY} &&
+           pack.user_slots.size() == 3 && pack.workspace_slots.empty() &&
+           pack.replacement_slots.empty() && pack.backend_slots.empty() &&
+           plan.getWorkspaceSize() == workspace_bytes && !plan.needs_cuda_graph_retention();
+  }
 };
 
 const char* note_name(fe::NumericalNote_t note) {
@@ -241,13 +256,16 @@ std::string knob_space(ConvGraph& graph, int64_t engine) {
 struct GraphPlan final : Plan {
   std::unique_ptr<ConvGraph> graph;
   int64_t plan_index = -1;
+  // Decided after the first execute (see ConvGraph::plain_variant_pack_at):
+  // whether calls may skip the frontend and reuse cached variant packs.
+  enum : int8_t { kUndecided, kReusePacks, kThroughFrontend };
+  mutable std::atomic<int8_t> execution{kUndecided};
 
   void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
            void* workspace) const override {
     TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused plan: ", refusal);
     TORCH_INTERNAL_ASSERT(workspace != nullptr || workspace_bytes == 0);
-    // The frontend's fastest entry point takes the pointers sorted by uid (x, w, y).
-    void* pointers[3];
+    void* pointers[3];  // in uid order: x, w, y
     switch (key.dir()) {
       case Direction::kForward:  // (x, w) -> y
         pointers[0] = a.data_ptr(), pointers[1] = b.data_ptr(), pointers[2] = out.data_ptr();
@@ -260,10 +278,25 @@ struct GraphPlan final : Plan {
         break;
     }
     static_assert(kUidX < kUidW && kUidW < kUidY, "pointers are passed in uid order");
-    const auto status = graph->execute_plan_at_index(current_cudnn_handle(), pointers, 3,
-                                                     workspace, plan_index);
+    const cudnnHandle_t handle = current_cudnn_handle();
+    // A thread's first execution goes through the frontend, which makes the
+    // device's context current on a thread that has none yet (a fresh autograd
+    // worker); cuDNN's driver-API engines need it.
+    thread_local bool frontend_ran_here = false;
+    if (frontend_ran_here && execution.load(std::memory_order_relaxed) == kReusePacks) {
+      TORCH_CUDNN_ALGO_CHECK(cudnnBackendExecute(handle, graph->backend_plan_at(plan_index),
+                                                 cached_variant_pack(pointers, workspace)));
+      return;
+    }
+    const auto status = graph->execute_plan_at_index(handle, pointers, 3, workspace, plan_index);
     TORCH_CHECK(status.is_good(), "torch_cudnn_algo: cudnn_frontend execute_plan_at_index(", choice,
                 ") failed: ", message_of(status));
+    frontend_ran_here = true;
+    if (execution.load(std::memory_order_relaxed) == kUndecided) {
+      const bool plain =
+          graph->plain_variant_pack_at(plan_index, static_cast<int64_t>(workspace_bytes));
+      execution.store(plain ? kReusePacks : kThroughFrontend, std::memory_order_relaxed);
+    }
   }
 };
 
