@@ -326,5 +326,5 @@ def apply_environment() -> None:
     try:
         use_plan(path)
     except Exception as exc:  # noqa: BLE001
-        warnings.warn(f"torch_cudnn_algo: ignoring {ENV_VAR}={path!r}: {exc}", stacklevel=3)
+        _flags.warn_environment(ENV_VAR, path, str(exc))
 
