@@ -4,6 +4,7 @@ exit status 2 with one line for GPU commands on a machine without a GPU."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,17 @@ def test_info_works_without_a_gpu_and_shows_flags_and_plan(capsys: pytest.Captur
     torch_cudnn_algo.use_plan(Plan({CONV: "eng0"}, policy="fastest"))
     assert cli.main(["info"]) == 0
     assert "plan in force    set in this process: 1 configurations, policy fastest" in capsys.readouterr().out
+
+
+def test_info_prints_cudnn_as_major_minor_patch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["info"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cuDNN")]
+    if not torch.backends.cudnn.is_available():
+        assert line.split(None, 1)[1] == "not available"
+        return
+    number = torch.backends.cudnn.version()  # cuDNN 9: major * 10000 + minor * 100 + patch (91900)
+    assert line.split(None, 1)[1] == f"{number // 10000}.{number % 10000 // 100}.{number % 100}"
+    assert re.fullmatch(r"cuDNN +\d+\.\d+\.\d+", line), line
 
 
 def test_info_reports_the_plan_from_the_environment(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_format_lists_every_configuration() -> None:
 
 
 @pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d.update(cudnn=80000), "made with cuDNN 80000"),
+    (lambda d: d.update(cudnn=8907), "made with cuDNN 8.9.7, this process runs cuDNN 9."),
     (lambda d: d.update(gpu="Imaginary GPU 9000"), "made on a Imaginary GPU 9000"),
 ])
 def test_another_cudnn_or_gpu_warns_and_strict_refuses(tmp_path: Path, mutate, expected: str) -> None:
