@@ -8,10 +8,11 @@ What it renders, by file name (``<device>-<date>`` first, so names sort by machi
 
 - ``zoo-<gpu>-<date>.json`` (``benchmarks/zoo.py``): one table per file, a row per network,
   with the ratios stock / ours (above 1 = we are faster); fields may be null (not measured).
+  The ``zoo-<gpu>-<date>.md`` beside it is linked, not included.
 - ``<device>-<date>.json`` with ``sections`` (``benchmarks/report.py``): its environment and
   targets table, and a link to the full report rendered beside it (``<device>-<date>.md``).
 - every other ``.md`` (a measured record, included as it is), ``.txt`` (command output, in a
-  code block), ``.png`` (shown) and ``.json`` (linked).
+  code block), ``.png`` (shown) and ``.json`` (linked). Subfolders (``raw/``) are not read.
 
 Pure Python (no torch, no GPU), so a CPU test can check docs/performance.md is current.
 """
@@ -208,14 +209,18 @@ def render(results: Path = RESULTS, doc: Path = DOC) -> str:
     files = sorted(p for p in results.iterdir() if p.is_file()) if results.is_dir() else []
     reports = {p: json.loads(p.read_text()) for p in files if p.suffix == ".json" and not ZOO_PATTERN.fullmatch(p.name)}
     reports = {p: data for p, data in reports.items() if is_report(data)}
-    rendered_reports = {p.with_suffix(".md") for p in reports}
     zoo = [p for p in files if ZOO_PATTERN.fullmatch(p.name)]
-    records = [p for p in files if p not in reports and p not in zoo and p not in rendered_reports]
+    # A JSON's own markdown rendering beside it (report.py's full report, zoo.py's table) is
+    # linked from its section, not included again.
+    renderings = {p.with_suffix(".md") for p in [*reports, *zoo]}
+    records = [p for p in files if p not in reports and p not in zoo and p not in renderings]
 
     parts: list[tuple[str, list[str]]] = []
     for path in zoo:
-        parts.append((f"Network zoo: {path.stem}", [f"From [{path.name}]({link(path)}) (`benchmarks/zoo.py`).", "",
-                                                    *zoo_lines(json.loads(path.read_text()))]))
+        rendering = path.with_suffix(".md")
+        also = f"; its own rendering: [{rendering.name}]({link(rendering)})" if rendering.exists() else ""
+        parts.append((f"Network zoo: {path.stem}", [f"From [{path.name}]({link(path)}) (`benchmarks/zoo.py`){also}.",
+                                                    "", *zoo_lines(json.loads(path.read_text()))]))
     for path, data in reports.items():
         full = path.with_suffix(".md")
         parts.append((f"Benchmark report: {path.stem}",

@@ -77,7 +77,12 @@ def test_each_zoo_file_gets_its_own_table(tmp_path: Path) -> None:
     results = tmp_path / "results"
     write_zoo(results, [zoo_network("a")], "zoo-h100-2026-12-01.json")
     write_zoo(results, [zoo_network("b")], "zoo-h200-2026-12-02.json")
+    (results / "zoo-h100-2026-12-01.md").write_text("| zoo.py's own table |\n")  # linked, not included
+    (results / "raw" / "zoo").mkdir(parents=True)
+    (results / "raw" / "zoo" / "a.gpu.json").write_text("{}")  # raw parts are not read
     text = render(results, tmp_path / "performance.md")
+    assert "its own rendering: [zoo-h100-2026-12-01.md](results/zoo-h100-2026-12-01.md)" in text
+    assert "zoo.py's own table" not in text and "a.gpu" not in text
     assert text.count("| network |") == 2
     assert text.index("zoo-h100-2026-12-01") < text.index("zoo-h200-2026-12-02")
     assert "geometric mean" not in text  # one network per file: nothing to average
