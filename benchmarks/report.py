@@ -63,7 +63,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import torchvision
 
 import torch_cudnn_algo
 from host_overhead import per_call_us, stock_pick
@@ -136,6 +135,15 @@ def _command_output(command: list[str]) -> str | None:
     return lines[0].strip() if done.returncode == 0 and lines else None
 
 
+def _torchvision_version() -> str | None:
+    """torchvision's version, or None where it is not installed (rendering needs no torchvision)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version("torchvision")
+    except PackageNotFoundError:
+        return None
+
+
 def collect_environment(command: str) -> dict:
     """What the numbers depend on: hardware, versions, code, and the command."""
     try:
@@ -152,7 +160,7 @@ def collect_environment(command: str) -> dict:
         "cuda": torch.version.cuda,
         "cudnn": cudnn,
         "cudnn_torch": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "torchvision": torchvision.__version__,
+        "torchvision": _torchvision_version(),
         "torch_cudnn_algo": torch_cudnn_algo.__version__,
         "python": platform.python_version(),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -308,6 +316,8 @@ class Training:
     graph capture run the same work."""
 
     def __init__(self, variant: Variant, batch: int = BATCH) -> None:
+        import torchvision  # benchmark-only dependency: imported where a network is built
+
         self.autocast = variant.autocast_fp16
         self.model = torchvision.models.resnet50(weights=None).cuda().to(memory_format=torch.channels_last)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)

@@ -16,7 +16,6 @@ import json
 import time
 
 import torch
-import torchvision
 
 import torch_cudnn_algo
 from torch_cudnn_algo._algorithms import DIRECTIONS
@@ -25,6 +24,8 @@ from torch_cudnn_algo._timing import median_ms
 
 def resnet50_conv_layers(batch: int) -> list[dict]:
     """Unique (input shape, conv parameters) of torchvision's ResNet-50 at 224x224."""
+    import torchvision  # benchmark-only dependency: imported where the network is built
+
     model = torchvision.models.resnet50()
     layers: dict[tuple, dict] = {}
 

@@ -107,6 +107,39 @@ def test_bad_environment_values_warn_and_are_ignored(env, needle):
     assert len(state["warnings"]) == 1 and needle in state["warnings"][0]
 
 
+@pytest.mark.parametrize("env", [{"TORCH_CUDNN_CONV_FWD_ALGO": "warp_speed"},
+                                 {"TORCH_CUDNN_ALGO_PLAN": "/nonexistent/plan.json"}])
+def test_environment_warnings_say_where_the_value_came_from(env):
+    # Not a line of torch_cudnn_algo/__init__.py (where autoload reads it): the environment.
+    state = run_probe(env=env, extra="state['where'] = [(w.filename, w.lineno, w.category.__name__) for w in caught]")
+    ((variable, value),) = env.items()
+    assert state["where"] == [["<environment>", 0, "UserWarning"]]
+    assert state["warnings"][0].startswith(f"torch_cudnn_algo: ignoring environment variable {variable}={value!r}: ")
+
+
+def test_environment_warning_prints_as_one_plain_line():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_")}
+    env["TORCH_CUDNN_CONV_ALGO_STRICT"] = "maybe"
+    result = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env,
+                            timeout=300, cwd="/")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("<environment>:0: UserWarning: torch_cudnn_algo: ignoring environment variable "
+                                    "TORCH_CUDNN_CONV_ALGO_STRICT='maybe': "), result.stderr
+    assert "__init__.py" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_environment_value_without_the_extension_names_the_variable():
+    state = run_probe(prelude=BLOCK_MODULES.format(names=("torch_cudnn_algo._C",)),
+                      env={"TORCH_CUDNN_CONV_FWD_ALGO": "1"},
+                      extra="state['where'] = [w.filename for w in caught]")
+    assert state["fwd"] == 1  # inert, but read back as set
+    (from_environment,) = [w for w in state["warnings"] if "TORCH_CUDNN_CONV_FWD_ALGO" in w]
+    assert from_environment.startswith("torch_cudnn_algo: ignoring environment variable "
+                                       "TORCH_CUDNN_CONV_FWD_ALGO='1': no effect: ")
+    assert len(state["warnings"]) == 2 and any("C++ extension could not be loaded" in w for w in state["warnings"])
+    assert state["where"][state["warnings"].index(from_environment)] == "<environment>"
+
+
 def test_value_assigned_before_the_flags_existed_is_honoured():
     state = run_probe(
         env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},

@@ -3,7 +3,9 @@ libtorch, CUDA or cuDNN is bundled, and it is built for CPython's stable ABI."""
 
 from __future__ import annotations
 
+import json
 import os
+import zlib
 from importlib import metadata
 from pathlib import Path
 
@@ -33,10 +35,28 @@ def test_extension_is_stripped_and_abi3():
 
 def test_nothing_but_the_package_is_installed():
     try:
-        files = metadata.files("torch-cudnn-algo") or []
+        distribution = metadata.distribution("torch-cudnn-algo")
     except metadata.PackageNotFoundError:
         pytest.skip("torch-cudnn-algo is not installed (running from the source tree)")
+    if json.loads(distribution.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable"):
+        pytest.skip("an editable install (pip install -e) lists no package files; the README's pip install . does")
+    files = distribution.files or []
     libraries = [str(f) for f in files if ".so" in f.name]
     assert libraries == ["torch_cudnn_algo/_C.abi3.so"], libraries
     tops = {f.parts[0] for f in files if not f.parts[0].endswith((".dist-info", ".data")) and f.parts[0] != ".."}
     assert tops <= {"torch_cudnn_algo", "_torch_cudnn_algo_autoload.py", "__pycache__"}, tops
+
+
+@pytest.mark.skipif(os.environ.get("TORCH_CUDNN_ALGO_DEBUG_BUILD", "") not in ("", "0"),
+                    reason="a debug build keeps its symbols")
+def test_wheel_stays_under_the_readme_s_1_mb():
+    # README: the wheel is under 1 MB (benchmarks/results/cpu-2026-11-24-wheel.txt: 725,596
+    # bytes). A wheel is a zip, deflated: its size is about the deflated extension plus the
+    # deflated Python files and the README (its METADATA). Estimated the same way here,
+    # from what is installed, without building one.
+    package = Path(torch_cudnn_algo.__file__).parent
+    files = [installed_extension(), *package.rglob("*.py")]
+    readme = package.parent.parent / "README.md"  # beside src/ in an editable install; else an allowance
+    estimate = sum(len(zlib.compress(f.read_bytes(), 6)) for f in files)
+    estimate += len(zlib.compress(readme.read_bytes(), 6)) if readme.exists() else 40_000
+    assert estimate < 1_000_000, f"the wheel would be about {estimate:,} bytes: update README's 'under 1 MB'"

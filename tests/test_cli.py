@@ -4,6 +4,7 @@ exit status 2 with one line for GPU commands on a machine without a GPU."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +88,17 @@ def test_info_works_without_a_gpu_and_shows_flags_and_plan(capsys: pytest.Captur
     assert "plan in force    set in this process: 1 configurations, policy fastest" in capsys.readouterr().out
 
 
+def test_info_prints_cudnn_as_major_minor_patch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["info"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cuDNN")]
+    if not torch.backends.cudnn.is_available():
+        assert line.split(None, 1)[1] == "not available"
+        return
+    number = torch.backends.cudnn.version()  # cuDNN 9: major * 10000 + minor * 100 + patch (91900)
+    assert line.split(None, 1)[1] == f"{number // 10000}.{number % 10000 // 100}.{number % 100}"
+    assert re.fullmatch(r"cuDNN +\d+\.\d+\.\d+", line), line
+
+
 def test_info_reports_the_plan_from_the_environment(tmp_path: Path) -> None:
     path = tmp_path / "plan.json"
     Plan({CONV: "eng0"}, policy="fastest").save(path)
@@ -119,3 +131,15 @@ def test_model_callable_errors_are_clear(tmp_path: Path, monkeypatch: pytest.Mon
         cli._user_model("user_models:value")
     with pytest.raises(ValueError, match=r"must return \(model, example_inputs\)"):
         cli._user_model("user_models:make")
+
+
+def test_default_outputs_are_ignored_in_a_checkout(tmp_path: Path) -> None:
+    # `torch-cudnn-algo tune` run in a checkout must not leave an untracked file behind.
+    # Judged by git itself, on the checkout's .gitignore in a scratch repository.
+    gitignore = Path(__file__).resolve().parent.parent / ".gitignore"
+    if shutil.which("git") is None or not gitignore.exists():
+        pytest.skip("needs git and the checkout's .gitignore")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=60)
+    shutil.copy(gitignore, tmp_path / ".gitignore")
+    done = subprocess.run(["git", "check-ignore", "-q", cli.DEFAULT_PLAN_PATH], cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, f"{cli.DEFAULT_PLAN_PATH} is not ignored by .gitignore"

@@ -86,7 +86,7 @@ def test_format_lists_every_configuration() -> None:
 
 
 @pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d.update(cudnn=80000), "made with cuDNN 80000"),
+    (lambda d: d.update(cudnn=8907), "made with cuDNN 8.9.7, this process runs cuDNN 9."),
     (lambda d: d.update(gpu="Imaginary GPU 9000"), "made on a Imaginary GPU 9000"),
 ])
 def test_another_cudnn_or_gpu_warns_and_strict_refuses(tmp_path: Path, mutate, expected: str) -> None:
@@ -220,7 +220,7 @@ def test_bad_environment_plan_is_one_warning_and_import_torch_still_works(tmp_pa
     result = run_python(PROBE, TORCH_CUDNN_ALGO_PLAN=str(path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "None {}"
-    assert f"ignoring TORCH_CUDNN_ALGO_PLAN={str(path)!r}" in result.stderr and "not JSON" in result.stderr
+    assert f"ignoring environment variable TORCH_CUDNN_ALGO_PLAN={str(path)!r}" in result.stderr and "not JSON" in result.stderr
     missing = run_python(PROBE, TORCH_CUDNN_ALGO_PLAN=str(tmp_path / "missing.json"))
     assert missing.returncode == 0 and "No such file" in missing.stderr
 

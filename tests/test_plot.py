@@ -34,6 +34,7 @@ def _table() -> ProfileTable:
     )
 
 
+@pytest.mark.filterwarnings("error")  # matplotlib's complaints (a log axis from 0, say) are bugs of ours
 def test_plot_writes_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     import matplotlib.image
@@ -45,6 +46,7 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     assert image.shape[0] > 100 and image.shape[1] > 100
 
 
+@pytest.mark.filterwarnings("error")
 def test_plot_accepts_str_path_and_only_stock(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     table = ProfileTable("bwd_data", "conv", "float32", [ProfileRow(None, "stock", "ok", 1.0)])

@@ -128,7 +128,7 @@ def _initialize() -> None:
             stacklevel=3,
         )
         if os.environ.get(_plan.ENV_VAR):
-            warnings.warn(f"torch_cudnn_algo: ignoring {_plan.ENV_VAR}: the extension is not loaded", stacklevel=3)
+            _flags.warn_environment(_plan.ENV_VAR, os.environ[_plan.ENV_VAR], "the extension is not loaded")
 
 
 _initialize()

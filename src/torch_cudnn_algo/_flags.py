@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from . import _extension
 from ._algorithms import BACKWARD_DATA, BACKWARD_FILTER, FORWARD, POLICIES, LegacyDirection, parse_algo_value
 
-__all__ = ["FLAGS", "flags", "get_flag", "install", "set_flag"]
+__all__ = ["FLAGS", "flags", "get_flag", "install", "set_flag", "warn_environment"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,22 @@ class Flag:
 _TRUE_STRINGS = frozenset({"1", "true", "yes", "on"})
 _FALSE_STRINGS = frozenset({"", "0", "false", "no", "off"})
 _inert_warned: set[str] = set()
+
+
+ENVIRONMENT = "<environment>"  # where a warning about an environment variable says it comes from
+_environment_warnings: dict = {}  # warnings' registry for them: each distinct warning once
+
+
+def warn_environment(variable: str, value: str, problem: str) -> None:
+    """One warning about an environment variable that was read at ``import torch`` and
+    ignored. It names the variable and its value, and gives ``<environment>`` as its
+    location: there is no line of the user's code to point at, and pointing at this
+    package's ``__init__.py`` (where autoload happens to read it) misleads. Its module, for
+    warning filters, is ``torch_cudnn_algo``."""
+    warnings.warn_explicit(
+        f"torch_cudnn_algo: ignoring environment variable {variable}={value!r}: {problem}",
+        UserWarning, ENVIRONMENT, 0, module="torch_cudnn_algo", registry=_environment_warnings,
+    )
 
 
 def _warn_if_inert(flag_name: str, value: object, default: object) -> bool:
@@ -265,9 +281,14 @@ def _apply_environment() -> None:
         if text is None:
             continue
         try:
-            _set_canonical(flag, flag.parse_env(text))
+            value = flag.parse_env(text)
+            if value != flag.default and not _extension.is_loaded() and flag.name not in _inert_warned:
+                _inert_warned.add(flag.name)  # said here, naming the variable, not as an assignment
+                warn_environment(flag.env_var, text, "no effect: the torch_cudnn_algo C++ extension is not "
+                                                     f"loaded ({_extension.load_error()})")
+            _set_canonical(flag, value)
         except Exception as exc:  # never fail `import torch` over an env var
-            warnings.warn(f"torch_cudnn_algo: ignoring {flag.env_var}={text!r}: {exc}", stacklevel=3)
+            warn_environment(flag.env_var, text, str(exc))
 
 
 def install() -> None:

@@ -33,6 +33,7 @@ import torch
 
 from . import _extension, _flags
 from ._algorithms import DIRECTIONS
+from ._build import cudnn_version_string
 from ._conv_spec import ConvLike, ConvSpec
 
 __all__ = ["Plan", "PlanEntry", "PlanError", "PlanMismatchWarning", "current_plan", "load_plan",
@@ -204,7 +205,8 @@ class Plan:
         here = _environment()
         problems = []
         if self.cudnn is not None and here["cudnn"] is not None and self.cudnn != here["cudnn"]:
-            problems.append(f"it was made with cuDNN {self.cudnn}, this process runs cuDNN {here['cudnn']}")
+            problems.append(f"it was made with cuDNN {cudnn_version_string(self.cudnn)}, "
+                            f"this process runs cuDNN {cudnn_version_string(here['cudnn'])}")
         if self.gpu is not None and here["gpu"] is not None and self.gpu != here["gpu"]:
             problems.append(f"it was made on a {self.gpu}, this process runs on a {here['gpu']}")
         return problems
@@ -213,7 +215,8 @@ class Plan:
     def format(self) -> str:
         """One line per configuration: direction, convolution, choice, and the
         tuned and stock times when measured."""
-        lines = [f"plan ({self.policy}; {len(self)} configurations; torch {self.torch}, cuDNN {self.cudnn}, "
+        lines = [f"plan ({self.policy}; {len(self)} configurations; torch {self.torch}, "
+                 f"cuDNN {cudnn_version_string(self.cudnn)}, "
                  f"{self.gpu or 'no GPU'})"]
         header = ("direction", "choice", "ms", "stock ms", "workspace", "convolution")
         rows = [header]
@@ -326,5 +329,5 @@ def apply_environment() -> None:
     try:
         use_plan(path)
     except Exception as exc:  # noqa: BLE001
-        warnings.warn(f"torch_cudnn_algo: ignoring {ENV_VAR}={path!r}: {exc}", stacklevel=3)
+        _flags.warn_environment(ENV_VAR, path, str(exc))
 

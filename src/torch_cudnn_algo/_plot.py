@@ -96,7 +96,6 @@ def plot_profile(table: ProfileTable, path: str | os.PathLike) -> None:
     # Times span orders of magnitude (a slow legacy algorithm beside the engines): log scale.
     ax.set_yscale("log")
     ax.set_ylabel("median time (ms, log scale)")
-    ax.set_ylim(bottom=0)
     # Label the fastest row, on the side of the point away from the axes' edge.
     best = min(timed, key=lambda row: row.time_ms)
     ax.autoscale_view()

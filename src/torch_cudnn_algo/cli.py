@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from . import _build
+
 EXIT_NO_GPU = 2
 DEFAULT_PLAN_PATH = "torch-cudnn-algo-plan.json"
 
@@ -68,7 +70,7 @@ def _info(_args: argparse.Namespace) -> int:
     print(f"torch-cudnn-algo {torch_cudnn_algo.__version__}")
     print(f"torch            {torch.__version__}")
     print(f"CUDA             {torch.version.cuda or 'none (a CPU build of torch)'}")
-    print(f"cuDNN            {cudnn if cudnn is not None else 'not available'}")
+    print(f"cuDNN            {_build.cudnn_version_string(cudnn) if cudnn is not None else 'not available'}")
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             print(f"GPU {index}            {torch.cuda.get_device_name(index)}")
@@ -85,7 +87,8 @@ def _info(_args: argparse.Namespace) -> int:
         print(f"plan in force    none{f' ({_plan.ENV_VAR}={env} was not applied)' if env else ''}")
     else:
         print(f"plan in force    {plan.source or 'set in this process'}: {len(plan)} configurations, "
-              f"policy {plan.policy}, made {plan.created} with cuDNN {plan.cudnn} on {plan.gpu}")
+              f"policy {plan.policy}, made {plan.created} with cuDNN {_build.cudnn_version_string(plan.cudnn)} "
+              f"on {plan.gpu}")
     return 0
 
 
@@ -244,7 +247,8 @@ def _tune(args: argparse.Namespace) -> int:
     what = args.model or (f"default ResNet-50-style network, batch {args.batch}, "
                           f"{args.image_size}x{args.image_size}, channels_last")
     print(f"model: {what}; autocast {args.amp}; policy {args.policy}; directions {', '.join(directions)}")
-    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"cuDNN {_build.cudnn_version_string(torch.backends.cudnn.version())}")
     with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
         started = time.perf_counter()
         plan = torch_cudnn_algo.tune(model, inputs, policy=args.policy, directions=directions,

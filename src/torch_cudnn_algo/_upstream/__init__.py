@@ -8,35 +8,29 @@ touches the GPU; every pytest run is a subprocess whose environment carries the
 setting (``TORCH_CUDNN_CONV_*``, read by the package's autoload at ``import torch``).
 Hence only relative imports in here, and of the parent only ``_algorithms`` (pure Python).
 
-One concern per module:
+One concern per module, in the order a job uses them:
 
-- :mod:`.settings`        settings, their parsing, and the child environment
-- :mod:`.outcomes`        a test's outcome in a run, a run's results, exit codes
-- :mod:`.junit`           outcomes from junit XML
-- :mod:`.verbose_log`     outcomes from the ``-v`` log, and the test a process died in
-- :mod:`.classification`  *ours* or *numerics*
-- :mod:`.regressions`     which tests to re-run alone
-- :mod:`.preflight`       do the settings' flags read back after ``import torch``
-- :mod:`.processes`       starting, watching and killing pytest processes
-- :mod:`.exclude_plugin`  the pytest plugin restarts use to drop exact node ids
-- :mod:`.runner`          the job: restarts, parallel phase, re-runs alone
-- :mod:`.summary`         summary.json
-- :mod:`.report`          summary.md, the markdown table
 - :mod:`.cli`             the command line
+- :mod:`.settings`        settings, their parsing, the child environment; the job's Config
+- :mod:`.preflight`       do the settings' flags read back after ``import torch``
+- :mod:`.runner`          the job: restarts, parallel phase, re-runs alone
+- :mod:`.processes`       starting, watching and killing pytest processes
+- :mod:`.exclude_plugin`  the pytest plugin restarts use to drop exact node ids (a file
+                          pytest loads on its own)
+- :mod:`.outcomes`        a test's outcome, a run's results, exit codes; read from junit
+                          XML or the ``-v`` log (and the test a process died in)
+- :mod:`.classification`  which tests to re-run alone; *ours* or *numerics*
+- :mod:`.summary`         summary.json and summary.md
 """
 
 # main for the script; the rest for tests/test_upstream_runner.py, which reaches the
 # package the way the script loads it.
-from .classification import classify
+from .classification import classify, rerun_candidates, stock_rerun_candidates
 from .cli import main
-from .junit import parse_junit
-from .outcomes import TestResult, count_outcomes
+from .outcomes import TestResult, count_outcomes, crash_note, parse_junit, parse_verbose_log
 from .preflight import preflight_problems
-from .regressions import rerun_candidates, stock_rerun_candidates
-from .report import render_markdown
 from .settings import DEFAULT_SETTINGS, DIRECTIONS, UsageError, child_environment, parse_setting_spec, select_settings
-from .summary import regression_entry
-from .verbose_log import crash_note, parse_verbose_log
+from .summary import regression_entry, render_markdown
 
 __all__ = [
     "DEFAULT_SETTINGS",

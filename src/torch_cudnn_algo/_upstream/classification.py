@@ -1,4 +1,8 @@
-"""Why a test that passes stock fails under a setting: *ours* or *numerics*.
+"""Judging a run against stock: which tests to re-run alone, and why a test that
+passes stock fails under a setting: *ours* or *numerics*.
+
+Runs sharing one GPU can fail memory-hungry tests for reasons that are not the
+setting's, so a failure seen in the parallel phase counts only if it repeats alone.
 
 *numerics* is a tolerance miss an algorithm may legitimately cause; everything
 else -- an exception naming the package, a crash, a hang, an out-of-memory, a
@@ -9,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Mapping
 
-from .outcomes import CRASHED, TIMEOUT, TestResult, describe_returncode
-from .text import first_line
+from .outcomes import (
+    CRASHED, FAILING, PASSED, SKIPPED, TIMEOUT, XFAILED, TestResult, describe_returncode, first_line,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,3 +126,33 @@ def classify(result: TestResult) -> Classification:
         source = layout_sources[0] if layout_sources else first
         return Classification("ours", "layout/dtype", source[:300], label="ours: layout/dtype")
     return Classification("ours", "other", first, label="ours: other")
+
+
+# --------------------------------------------------------------------------- re-runs alone
+
+def stock_rerun_candidates(
+    stock: Mapping[str, TestResult], settings: Iterable[Mapping[str, TestResult]]
+) -> list[str]:
+    """Tests to re-run stock alone: every stock failure, and every test stock skipped
+    (free GPU memory, say) that some setting ran and failed."""
+    failing_somewhere = set()
+    for results in settings:
+        failing_somewhere.update(t for t, r in results.items() if r.outcome in FAILING)
+    return sorted(
+        t for t, r in stock.items()
+        if r.outcome in FAILING or (r.outcome == SKIPPED and t in failing_somewhere)
+    )
+
+
+def rerun_candidates(stock: Mapping[str, TestResult], setting: Mapping[str, TestResult]) -> list[str]:
+    """Tests to re-run under the setting alone: those that pass stock but failed
+    (or were skipped: resource checks) in the parallel run under the setting, and
+    expected failures of stock that fail otherwise (an unexpected success, say:
+    the setting changed what the test checks)."""
+    return sorted(
+        t for t, r in setting.items()
+        if t in stock and (
+            (stock[t].outcome == PASSED and r.outcome in FAILING | {SKIPPED})
+            or (stock[t].outcome == XFAILED and r.outcome in FAILING)
+        )
+    )

@@ -8,9 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import Config
 from .runner import Runner
-from .settings import Setting, UsageError, select_settings, settings_help_table
+from .settings import Config, Setting, UsageError, select_settings, settings_help_table
 
 DEFAULT_K = "CUDA or cuda or cudnn"
 DEFAULT_JOBS = 4

@@ -10,8 +10,8 @@ import json
 import subprocess
 from collections.abc import Mapping
 
+from .outcomes import first_line
 from .settings import DIRECTIONS, Setting
-from .text import first_line
 
 # Run with ``python -c`` in the run's environment; reports on one line of stdout.
 _MARKER = "TCA_PREFLIGHT "

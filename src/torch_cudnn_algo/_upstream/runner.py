@@ -17,21 +17,17 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from .classification import classify
-from .config import Config
+from .classification import classify, rerun_candidates, stock_rerun_candidates
 from .exclude_plugin import EXCLUDE_VAR
-from .junit import parse_junit
 from .outcomes import (
     CRASHED, FAILING, FINISHED_EXIT_CODES, PASSED, SKIPPED, TIMEOUT, XFAILED,
-    RunResult, TestResult, count_outcomes, describe_returncode,
+    RunResult, TestResult, count_outcomes, crash_note, describe_returncode, last_meaningful_line, parse_junit,
+    parse_verbose_log,
 )
 from .preflight import preflight_problems, run_preflight
 from .processes import ChildProcesses
-from .regressions import rerun_candidates, stock_rerun_candidates
-from .settings import Setting, child_environment
+from .settings import Config, Setting, child_environment
 from .summary import JobResults, build_summary, write_summary
-from .text import last_meaningful_line
-from .verbose_log import crash_note, parse_verbose_log
 
 # The module name under which restarts load exclude_plugin.py (copied to OUT/_plugin).
 PLUGIN_NAME = "tca_upstream_exclude"

@@ -1,4 +1,5 @@
-"""Settings: named choices of pinned algorithms, and the environment that carries one.
+"""Settings: named choices of pinned algorithms, and the environment that carries one;
+and the :class:`Config` of one invocation, resolved from the command line.
 
 A setting reaches a pytest run only through ``TORCH_CUDNN_CONV_*`` variables, read
 by the package's autoload at ``import torch``; the runner itself never imports torch.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 # The package's own flag-value parser (pure Python). Relative: the script loads this
 # subpackage under a parent whose __init__ (which imports torch) never runs.
@@ -159,3 +161,30 @@ def settings_help_table() -> str:
         fwd, bwd_data, bwd_filter = (s.pin_map.get(d, "-") for d in DIRECTIONS)
         lines.append(f"  {s.name:<19}{fwd:<9}{bwd_data:<10}{bwd_filter}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- one invocation
+
+# What one invocation of the runner asked for, resolved from the command line.
+@dataclasses.dataclass(frozen=True)
+class Config:
+    file: Path  # the test file, resolved; pytest runs in its folder
+    settings: tuple[Setting, ...]
+    extra: tuple[str, ...]  # pytest arguments after `--`
+    k: str
+    jobs: int
+    timeout: float | None  # per pytest process; None: none
+    test_timeout: float | None  # no new line of -v output for this long; None: off
+    out: Path  # resolved
+    python: str
+    strict: bool
+    max_restarts: int
+    preflight: bool
+
+    @property
+    def rootdir(self) -> Path:
+        return self.file.parent
+
+    @property
+    def file_name(self) -> str:
+        return self.file.name
