@@ -427,6 +427,15 @@ plan_choices_in_force() {
   return columns;
 }
 
+// The labels of the plan entries in force that carry a built execution plan.
+std::vector<std::string> plan_blob_labels() {
+  std::vector<std::string> labels;
+  for (const auto& entry : config_choices_in_force()) {
+    if (entry->blob) labels.push_back(entry->label);
+  }
+  return labels;
+}
+
 // Runs the "fastest" tuner on one convolution (meta tensors describe it; the
 // current CUDA device runs it) and returns its tuning-log entry (JSON). The
 // decision is not remembered: tune() puts it in a plan.
@@ -521,6 +530,7 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "bool allow_tf32, str choice) -> (Tensor, str)",
       &plan_blob);
   m.def("plan_build_counts() -> Dict(str, int)", &plan_build_counts_op);
+  m.def("plan_blob_labels() -> str[]", &plan_blob_labels);
   m.def("graph_plans() -> (str[], str[], str[], str[], str[], int[], bool[])", &graph_plans);
   m.def("cudnn_frontend_version() -> int", &cudnn_frontend_version);
   m.def("commit_plan_choices() -> ()", &commit_config_choices);

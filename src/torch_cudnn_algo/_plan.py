@@ -97,7 +97,8 @@ class SerializedPlan:
             raise ValueError(f"execution_plan: unknown fields {sorted(unknown)}; fields are {', '.join(fields)}")
         for name, kind in fields.items():
             if not isinstance(value.get(name), kind) or isinstance(value.get(name), bool):
-                raise ValueError(f"execution_plan: {name} must be a {kind.__name__}, got {value.get(name)!r}")
+                expected = "an integer" if kind is int else "a string"
+                raise ValueError(f"execution_plan: {name} must be {expected}, got {value.get(name)!r}")
         try:
             data = base64.b64decode(value["base64"], validate=True)
         except (binascii.Error, ValueError) as exc:
