@@ -47,7 +47,8 @@ void publish(std::shared_ptr<const ConfigChoices> choices) {
 
 }  // namespace
 
-void stage_config_choice(const ConvKey& key, const std::string& value, const std::string& label) {
+void stage_config_choice(const ConvKey& key, const std::string& value, const std::string& label,
+                         std::shared_ptr<const PlanBlob> blob) {
   auto entry = std::make_shared<ConfigChoice>();
   entry->label = label;
   if (!value.empty()) {
@@ -55,6 +56,13 @@ void stage_config_choice(const ConvKey& key, const std::string& value, const std
     if (!choice->is_engine()) check_legacy_algo(key.dir(), choice->legacy_algo);
     choice->origin = "the plan entry '" + label + "'";
     entry->choice = std::move(choice);
+  }
+  if (blob) {
+    TORCH_CHECK_VALUE(entry->choice && entry->choice->is_engine(), "torch_cudnn_algo: the plan entry '",
+                      label, "' carries a built execution plan but its choice is no engine "
+                      "configuration");
+    check_plan_blob(*blob);
+    entry->blob = std::move(blob);
   }
   const ConvKey normalized = entry_key(key);
   std::lock_guard<std::mutex> lock(g_stage_mutex);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "conv_key.h"
+#include "plan_blobs.h"
 #include "selection.h"
 
 #include <atomic>
@@ -25,14 +26,20 @@ namespace torch_cudnn_algo {
 struct ConfigChoice {
   std::string label;                     // the configuration as the plan names it
   std::shared_ptr<const Choice> choice;  // nullptr: stock PyTorch's own path
+  // The entry's engine configuration as built where the plan was made, or
+  // nullptr: what get_graph_plan rebuilds the plan from (see plan_blobs.h).
+  std::shared_ptr<const PlanBlob> blob;
   mutable std::atomic<int64_t> runs{0};  // calls that ran this entry's choice
 };
 
 // Adds an entry to the plan being staged (replacing one for the same
 // configuration). `value` is a flag value ("1", an engine configuration name)
-// or "" for the stock path; a malformed one raises ValueError. Nothing is in
-// force until commit_config_choices().
-void stage_config_choice(const ConvKey& key, const std::string& value, const std::string& label);
+// or "" for the stock path; a malformed one raises ValueError. `blob`, if not
+// null, is the entry's built engine configuration (an engine choice only; a
+// corrupt one raises ValueError). Nothing is in force until
+// commit_config_choices().
+void stage_config_choice(const ConvKey& key, const std::string& value, const std::string& label,
+                         std::shared_ptr<const PlanBlob> blob = nullptr);
 
 // Puts the staged entries in force (an empty stage: no plan), replacing the
 // previous plan atomically, and (de)registers the overrides to match.

@@ -1,7 +1,9 @@
 #include "graph_runner.h"
 
 #include "cudnn_handle.h"
+#include "plan_blobs.h"
 #include "plan_cache.h"
+#include "python_bridge.h"
 #include "variant_pack_cache.h"
 
 #include <cudnn_frontend.h>
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <set>
@@ -45,6 +48,13 @@ void bind_frontend_to_cudnn() {
 // protected plan list; this subclass reads them.
 class ConvGraph : public fe::graph::Graph {
  public:
+  // The plan Graph::serialize writes: the last one built (or the deserialised one).
+  int64_t serialized_plan_index() const { return plans.candidate; }
+  // The built (or deserialised) execution plan at `index`, or nullptr.
+  const fe::ExecutionPlan* execution_plan_at(int64_t index) const;
+  // Numerical notes read off a built plan: a deserialised graph has no engine
+  // configuration list, so numerical_notes_at does not apply to it.
+  std::vector<std::string> built_numerical_notes_at(int64_t index) const;
   std::vector<std::string> numerical_notes_at(int64_t index) const;
   std::vector<std::string> behavior_notes_at(int64_t index) const;
 
@@ -107,6 +117,21 @@ std::vector<std::string> ConvGraph::behavior_notes_at(int64_t index) const {
   std::set<std::string> names;
   for (const auto note : plans.behavior_notes.at(index)) {
     if (const char* name = note_name(note)) names.insert(name);
+  }
+  return {names.begin(), names.end()};
+}
+
+const fe::ExecutionPlan* ConvGraph::execution_plan_at(int64_t index) const {
+  if (index < 0 || index >= static_cast<int64_t>(plans.execution_plans.size())) return nullptr;
+  return plans.execution_plans[index].get();
+}
+
+std::vector<std::string> ConvGraph::built_numerical_notes_at(int64_t index) const {
+  std::set<std::string> names;
+  const fe::ExecutionPlan* plan = execution_plan_at(index);
+  TORCH_INTERNAL_ASSERT(plan != nullptr, "no built execution plan at index ", index);
+  for (const auto note : plan->getAllNumericNotes()) {
+    if (const char* name = note_name(fe::detail::convert_from_cudnn_type(note))) names.insert(name);
   }
   return {names.begin(), names.end()};
 }
@@ -416,6 +441,88 @@ std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineNam
   return plan;
 }
 
+// Whether `wanted` names the configuration `built`: its engine and every knob
+// it sets (a bare name sets none). cuDNN may report knobs the name left out.
+bool names_configuration(const EngineName& wanted, const EngineName& built) {
+  if (wanted.engine != built.engine) return false;
+  return std::all_of(wanted.knobs.begin(), wanted.knobs.end(), [&](const auto& knob) {
+    return std::find(built.knobs.begin(), built.knobs.end(), knob) != built.knobs.end();
+  });
+}
+
+// The plan running `wanted` on key's problem rebuilt from `blob`, a serialised
+// plan of the same problem: no heuristics query, no engine build, no runtime
+// compilation. nullptr when it cannot serve: with *why set when the blob is
+// at fault, empty when the contract's rules refuse the configuration (the
+// regular build then reports that refusal, with the alternatives).
+std::shared_ptr<const Plan> deserialize_graph_plan(const ConvKey& key, const EngineName& wanted,
+                                                   const std::vector<uint8_t>& blob,
+                                                   std::string* why) {
+  bind_frontend_to_cudnn();
+  auto plan = std::make_shared<GraphPlan>();
+  plan->key = key;
+  plan->graph = std::make_unique<ConvGraph>();
+  ConvGraph& graph = *plan->graph;
+  try {
+    // No warm-up capture (run_warmup): the first call may itself be under CUDA
+    // graph capture, and a freshly built plan is not warmed up either.
+    const auto status = graph.deserialize(current_cudnn_handle(), blob,
+                                          /*enforce_precompiled=*/true, /*run_warmup=*/false);
+    if (status.is_bad()) {
+      *why = message_of(status);
+      return nullptr;
+    }
+  } catch (const std::exception& error) {  // the UBJSON parser and cuDNN's plan loader throw
+    *why = error.what();
+    return nullptr;
+  }
+  const int64_t index = graph.serialized_plan_index();
+  const fe::ExecutionPlan* built = graph.execution_plan_at(index);
+  if (built == nullptr) {
+    *why = "it holds no execution plan";
+    return nullptr;
+  }
+  const auto name = parse_tag(built->getTag());
+  if (!name || !names_configuration(wanted, *name)) {
+    *why = "it holds engine configuration '" + built->getTag() + "', not '" + wanted.canonical + "'";
+    return nullptr;
+  }
+  if (!precision_refusal(key, graph.built_numerical_notes_at(index)).empty()) return nullptr;
+  int64_t workspace = 0;
+  const auto status = graph.get_workspace_size_plan_at_index(index, workspace);
+  if (status.is_bad() || workspace < 0) {
+    *why = "its workspace size is unknown (" + message_of(status) + ")";
+    return nullptr;
+  }
+  plan->choice = name->canonical;  // as get_plan_name_at_index spells it: knobs sorted
+  plan->workspace_bytes = static_cast<size_t>(workspace);
+  plan->plan_index = index;
+  plan->deserialized = true;
+  return plan;
+}
+
+// The plan for `wanted` rebuilt from the blob the plan in force carries for
+// key's configuration, or nullptr (no blob, or it cannot serve: the caller
+// builds the plan as without one).
+std::shared_ptr<const Plan> plan_from_blob(const ConvKey& key, const EngineName& wanted) {
+  const auto blob = plan_blob_for(key, wanted.canonical);
+  // A blob is made for one GPU model; a device of another (a mixed host) builds.
+  if (!blob || blob->gpu != gpu_model_name(key.device)) return nullptr;
+  std::string why;
+  if (auto plan = deserialize_graph_plan(key, wanted, blob->data, &why)) {
+    count_plan_deserialized();
+    return plan;
+  }
+  if (why.empty()) return nullptr;
+  count_plan_deserialize_failed();
+  if (!blob->warned.exchange(true)) {
+    warn_to_python("torch_cudnn_algo: the plan entry '" + blob->label +
+                   "' carries a built execution plan that cuDNN cannot load here (" + why +
+                   "); building " + wanted.canonical + " instead");
+  }
+  return nullptr;
+}
+
 struct GraphKey {
   ConvKey conv;
   std::string engine;
@@ -468,8 +575,12 @@ EngineName parse_engine_name(const std::string& name) {
 
 std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string& engine,
                                            bool* created) {
-  return graph_cache().get(GraphKey{key, engine}, created,
-                           [&] { return build_graph_plan(key, parse_engine_name(engine)); });
+  return graph_cache().get(GraphKey{key, engine}, created, [&] {
+    const EngineName wanted = parse_engine_name(engine);
+    if (auto plan = plan_from_blob(key, wanted)) return plan;
+    count_plan_built();
+    return build_graph_plan(key, wanted);
+  });
 }
 
 void clear_graph_plans() {
@@ -478,6 +589,39 @@ void clear_graph_plans() {
 
 size_t graph_plan_count() {
   return graph_cache().size();
+}
+
+SerializedPlan serialize_graph_plan(const Plan& plan) {
+  const auto* graph_plan = dynamic_cast<const GraphPlan*>(&plan);
+  if (graph_plan == nullptr) return {{}, "a legacy algorithm has no execution plan to serialise"};
+  if (!plan.refusal.empty()) return {{}, "it cannot run this convolution: " + plan.refusal};
+  const ConvGraph& graph = *graph_plan->graph;
+  // Graph::serialize writes the graph's last built plan; each GraphPlan builds one.
+  TORCH_INTERNAL_ASSERT(graph.serialized_plan_index() == graph_plan->plan_index,
+                        "graph plan ", plan.choice, " built plan ", graph.serialized_plan_index(),
+                        " after plan ", graph_plan->plan_index);
+  // Serialising reads the graph's tensor uids; callers on several threads must not interleave.
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  SerializedPlan serialized;
+  try {
+    // The plan alone (no graph structure): what deserialize(handle, ...) reloads.
+    const auto status = graph.serialize(serialized.data, /*serialize_structure=*/false);
+    if (status.is_bad()) serialized.why_not = "cuDNN cannot serialise it: " + message_of(status);
+  } catch (const std::exception& error) {  // cuDNN's JSON representation query throws
+    serialized.why_not = std::string("cuDNN cannot serialise it: ") + error.what();
+  }
+  if (!serialized.why_not.empty()) serialized.data.clear();
+  return serialized;
+}
+
+std::vector<GraphPlanSummary> graph_plan_summaries() {
+  std::vector<GraphPlanSummary> summaries;
+  graph_cache().for_each([&](const GraphKey& key, const Plan& plan) {
+    summaries.push_back({key.conv, key.engine, plan.choice, plan.refusal,
+                         static_cast<int64_t>(plan.workspace_bytes), plan.deserialized});
+  });
+  return summaries;
 }
 
 namespace {

@@ -34,6 +34,27 @@ std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string
 void clear_graph_plans();
 size_t graph_plan_count();
 
+// A plan's serialised form (the frontend's Graph::serialize), or why there is none.
+struct SerializedPlan {
+  std::vector<uint8_t> data;  // empty when why_not is set
+  std::string why_not;        // a legacy algorithm, a refused plan, or cuDNN's refusal
+};
+
+// What a plan file stores of a built plan (see plan_blobs.h): get_graph_plan
+// rebuilds it from that on a GPU of the same model, cuDNN and frontend.
+SerializedPlan serialize_graph_plan(const Plan& plan);
+
+// One plan of the graph plan cache, for tests and reports.
+struct GraphPlanSummary {
+  ConvKey key;
+  std::string engine;  // the name it was asked for
+  std::string choice;  // the configuration cuDNN runs
+  std::string refusal;
+  int64_t workspace;
+  bool deserialized;  // rebuilt from a plan file's blob rather than built here
+};
+std::vector<GraphPlanSummary> graph_plan_summaries();
+
 // One engine configuration cuDNN offers for a problem.
 struct EngineCandidate {
   std::string name;             // "eng62_k2=1_k13=1_..."

@@ -9,12 +9,17 @@
 #include "legacy_algorithms.h"
 #include "legacy_runner.h"
 #include "overrides.h"
+#include "plan_blobs.h"
 #include "profiling.h"
 #include "selection.h"
 
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cudnn_frontend_version.h>
 #include <torch/library.h>
+
+#include <cstring>
 
 #include <tuple>
 #include <unordered_map>
@@ -308,18 +313,103 @@ std::tuple<std::string, int64_t> run_candidate(
   return {"ok", static_cast<int64_t>(plan->workspace_bytes)};
 }
 
+// Blobs cross between Python and C++ as 1-d uint8 CPU tensors (a str would
+// have to be UTF-8).
+std::vector<uint8_t> bytes_of(const at::Tensor& tensor, const char* what) {
+  TORCH_CHECK_VALUE(tensor.device().is_cpu() && tensor.scalar_type() == at::kByte &&
+                        tensor.dim() == 1,
+                    "torch_cudnn_algo: ", what, " must be a 1-d uint8 CPU tensor, got ",
+                    tensor.scalar_type(), " of shape ", tensor.sizes(), " on ", tensor.device());
+  const at::Tensor packed = tensor.contiguous();
+  const auto* begin = packed.const_data_ptr<uint8_t>();
+  return {begin, begin + packed.numel()};
+}
+
+at::Tensor tensor_of(const std::vector<uint8_t>& bytes) {
+  at::Tensor tensor = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  if (!bytes.empty()) std::memcpy(tensor.mutable_data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  return tensor;
+}
+
 // Stages one entry of a torch_cudnn_algo.Plan (see config_choices.h). The
 // convolution arrives as for engine_configs (meta tensors: a description);
-// `choice` is a flag value, "" for stock's own path. Needs no GPU.
+// `choice` is a flag value, "" for stock's own path; `blob`, if given, the
+// choice's built execution plan (what plan_blob returned) made on a `blob_gpu`.
+// Needs no GPU.
 void stage_plan_choice(const std::string& direction, const at::Tensor& input,
                        const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
                        at::IntArrayRef dilation, int64_t groups, bool transposed,
                        at::IntArrayRef output_padding, const std::string& choice,
-                       const std::string& label) {
+                       const std::string& label, const std::optional<at::Tensor>& blob,
+                       const std::string& blob_gpu) {
   const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation, groups,
                                     transposed, output_padding, /*deterministic=*/false,
                                     /*allow_tf32=*/false, at::Device(at::kCUDA, 0));
-  stage_config_choice(key, choice, label);
+  std::shared_ptr<PlanBlob> plan_blob;
+  if (blob.has_value()) {
+    plan_blob = std::make_shared<PlanBlob>();
+    plan_blob->data = bytes_of(*blob, "a built execution plan");
+    plan_blob->gpu = blob_gpu;
+    plan_blob->label = label;
+  }
+  stage_config_choice(key, choice, label, std::move(plan_blob));
+}
+
+// The built execution plan of `choice` on a convolution (meta tensors describe
+// it; the current CUDA device builds it, if not built yet), serialised for a
+// plan file: (uint8 tensor, "") or (empty tensor, why there is none).
+std::tuple<at::Tensor, std::string> plan_blob(
+    const std::string& direction, const at::Tensor& input, const at::Tensor& weight,
+    at::IntArrayRef padding, at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
+    bool transposed, at::IntArrayRef output_padding, bool deterministic, bool allow_tf32,
+    const std::string& choice_value) {
+  const at::Device device = query_device(input, "plan_blob");
+  const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation,
+                                    groups, transposed, output_padding, deterministic, allow_tf32,
+                                    device);
+  const auto choice = choice_from_flag_value(choice_value);
+  if (!choice->is_engine()) {
+    return {tensor_of({}), "a legacy algorithm has no execution plan to serialise"};
+  }
+  const c10::cuda::CUDAGuard device_guard(device);
+  const auto serialized = serialize_graph_plan(*plan_for_choice(*choice, key));
+  return {tensor_of(serialized.data), serialized.why_not};
+}
+
+c10::Dict<std::string, int64_t> plan_build_counts_op() {
+  const auto counts = plan_build_counts();
+  c10::Dict<std::string, int64_t> out;
+  out.insert("built", counts.built);
+  out.insert("deserialized", counts.deserialized);
+  out.insert("deserialize_failed", counts.deserialize_failed);
+  return out;
+}
+
+// The graph plans built or deserialised so far, as columns: direction,
+// convolution, engine name asked for, configuration run, refusal, workspace
+// bytes, deserialised.
+using GraphPlanTable =
+    std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
+               std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>,
+               c10::List<bool>>;
+
+GraphPlanTable graph_plans() {
+  GraphPlanTable columns;
+  auto& [directions, convs, engines, choices, refusals, workspaces, deserialized] = columns;
+  for (const auto& summary : graph_plan_summaries()) {
+    directions.push_back(direction_name(summary.key.dir()));
+    convs.push_back(describe_conv(summary.key));
+    engines.push_back(summary.engine);
+    choices.push_back(summary.choice);
+    refusals.push_back(summary.refusal);
+    workspaces.push_back(summary.workspace);
+    deserialized.push_back(summary.deserialized);
+  }
+  return columns;
+}
+
+int64_t cudnn_frontend_version() {
+  return CUDNN_FRONTEND_VERSION;
 }
 
 // The plan entries in force as columns: label, choice ("" = stock's path), runs.
@@ -335,6 +425,15 @@ plan_choices_in_force() {
     runs.push_back(entry->runs.load(std::memory_order_relaxed));
   }
   return columns;
+}
+
+// The labels of the plan entries in force that carry a built execution plan.
+std::vector<std::string> plan_blob_labels() {
+  std::vector<std::string> labels;
+  for (const auto& entry : config_choices_in_force()) {
+    if (entry->blob) labels.push_back(entry->label);
+  }
+  return labels;
 }
 
 // Runs the "fastest" tuner on one convolution (meta tensors describe it; the
@@ -422,9 +521,18 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       &run_candidate);
   m.def(
       "stage_plan_choice(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
-      "int[] dilation, int groups, bool transposed, int[] output_padding, str choice, str label) "
-      "-> ()",
+      "int[] dilation, int groups, bool transposed, int[] output_padding, str choice, str label, "
+      "Tensor? blob=None, str blob_gpu='') -> ()",
       &stage_plan_choice);
+  m.def(
+      "plan_blob(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
+      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
+      "bool allow_tf32, str choice) -> (Tensor, str)",
+      &plan_blob);
+  m.def("plan_build_counts() -> Dict(str, int)", &plan_build_counts_op);
+  m.def("plan_blob_labels() -> str[]", &plan_blob_labels);
+  m.def("graph_plans() -> (str[], str[], str[], str[], str[], int[], bool[])", &graph_plans);
+  m.def("cudnn_frontend_version() -> int", &cudnn_frontend_version);
   m.def("commit_plan_choices() -> ()", &commit_config_choices);
   m.def("discard_plan_choices() -> ()", &discard_staged_config_choices);
   m.def("plan_choices_in_force() -> (str[], str[], int[])", &plan_choices_in_force);

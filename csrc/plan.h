@@ -27,6 +27,9 @@ struct Plan {
   std::vector<std::string> alternatives;
   // Exactly what cuDNN reported this choice needs.
   size_t workspace_bytes = 0;
+  // Rebuilt from a serialised execution plan (a plan file's) instead of being
+  // built here: no heuristics query, no engine compilation.
+  bool deserialized = false;
   // Set by the first refusal warning, so each configuration warns once.
   mutable std::atomic<bool> warned{false};
   // Set by the first "workspace could not be allocated" warning.

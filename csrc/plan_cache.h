@@ -45,6 +45,14 @@ class PlanCache {
     return plans_.size();
   }
 
+  // Calls visit(key, plan) for every plan, under the lock: `visit` must not
+  // reach back into the cache.
+  template <typename Visit>
+  void for_each(Visit&& visit) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [key, plan] : plans_) visit(key, *plan);
+  }
+
  private:
   std::mutex mutex_;
   std::unordered_map<Key, std::shared_ptr<const Plan>, Hash> plans_;

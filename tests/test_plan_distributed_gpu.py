@@ -34,3 +34,9 @@ def test_every_rank_runs_the_plan_rank_zero_tuned(tmp_path: Path) -> None:
     assert {r["device"] for r in report["ranks"]} == {0, 1}
     losses = [r["losses"] for r in report["ranks"]]
     assert losses[0] == pytest.approx(losses[1], rel=1e-3)  # DDP keeps the replicas in step
+    # Rank 1 loads rank 0's built execution plans: it builds only the entries without one.
+    loader = report["ranks"][1]
+    with_blob = loader["with_execution_plan"]
+    assert with_blob > 0
+    assert loader["plan_build_counts"] == {"built": report["configurations"] - with_blob,
+                                           "deserialized": with_blob, "deserialize_failed": 0}, loader

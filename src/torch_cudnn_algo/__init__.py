@@ -19,7 +19,8 @@ from . import _extension, _flags, _plan, _profile
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
 from ._flags import flags
-from ._plan import Plan, PlanEntry, PlanError, PlanMismatchWarning, current_plan, load_plan, plan_run_counts, use_plan
+from ._plan import (Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedPlan, current_plan, load_plan,
+                    plan_build_counts, plan_run_counts, use_plan)
 from ._profile import Candidate, list_algorithms, profile
 from ._queries import (
     EngineConfig,
@@ -47,6 +48,7 @@ __all__ = [
     "PlanEntry",
     "PlanError",
     "PlanMismatchWarning",
+    "SerializedPlan",
     "ProfileRow",
     "ProfileTable",
     "TensorSpec",
@@ -64,6 +66,7 @@ __all__ = [
     "load_error",
     "load_plan",
     "pinned_run_counts",
+    "plan_build_counts",
     "plan_run_counts",
     "profile",
     "tolerance_for",

@@ -15,13 +15,23 @@ made on and when, and the readable configuration strings as keys::
      "entries": {"conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd":
                  {"choice": "eng0_k2=3_k13=0", "time_ms": 0.071, "stock_ms": 0.073, ...}}}
 
+An entry may also carry its choice's execution plan as cuDNN built it
+(``"execution_plan"``: the cuDNN frontend's serialised plan, base64, with the
+GPU model, cuDNN and frontend versions it was made with and its sha256), so
+that a process using the plan rebuilds it instead of querying cuDNN's
+heuristics and compiling; docs/plan_format.md describes the format.
+
 Distributed jobs: let rank 0 tune and save, the other ranks wait and load, so
-every rank runs the same algorithms (see the README).
+every rank runs the same algorithms and compiles nothing (see the README).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import warnings
@@ -36,14 +46,17 @@ from ._algorithms import DIRECTIONS
 from ._build import cudnn_version_string
 from ._conv_spec import ConvLike, ConvSpec
 
-__all__ = ["Plan", "PlanEntry", "PlanError", "PlanMismatchWarning", "current_plan", "load_plan",
-           "plan_run_counts", "use_plan"]
+__all__ = ["Plan", "PlanEntry", "PlanError", "PlanMismatchWarning", "SerializedPlan", "current_plan", "load_plan",
+           "plan_build_counts", "plan_run_counts", "use_plan"]
 
 FORMAT = "torch-cudnn-algo plan"
-VERSION = 1
+# 1: choices and measures; 2: entries may carry their built execution plan. A
+# file is written with the lowest version that describes it (see Plan.to_dict).
+VERSION = 2
 ENV_VAR = "TORCH_CUDNN_ALGO_PLAN"
 
 _MEASURES = ("time_ms", "stock_ms", "workspace", "energy_j")
+_BUILT = ("execution_plan", "execution_plan_unavailable")  # version 2
 
 
 class PlanError(ValueError):
@@ -55,18 +68,80 @@ class PlanMismatchWarning(UserWarning):
 
 
 @dataclass(frozen=True)
+class SerializedPlan:
+    """An engine configuration's execution plan as cuDNN built it for one
+    convolution: the cuDNN frontend's ``Graph::serialize`` bytes, and what they
+    were made with. Valid only for that GPU model, cuDNN and frontend version."""
+
+    data: bytes
+    gpu: str  # GPU model name, as torch.cuda.get_device_name gives it
+    cudnn: int  # cudnnGetVersion(), e.g. 91900
+    cudnn_frontend: int  # CUDNN_FRONTEND_VERSION, e.g. 13200
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"gpu": self.gpu, "cudnn": self.cudnn, "cudnn_frontend": self.cudnn_frontend,
+                "bytes": len(self.data), "sha256": self.sha256,
+                "base64": base64.b64encode(self.data).decode("ascii")}
+
+    @classmethod
+    def from_dict(cls, value: object) -> SerializedPlan:
+        """Reads what to_dict wrote; ValueError says what is corrupt."""
+        if not isinstance(value, dict):
+            raise ValueError(f"execution_plan must be an object, got {value!r}")
+        fields = {"gpu": str, "cudnn": int, "cudnn_frontend": int, "bytes": int, "sha256": str, "base64": str}
+        unknown = set(value) - set(fields)
+        if unknown:
+            raise ValueError(f"execution_plan: unknown fields {sorted(unknown)}; fields are {', '.join(fields)}")
+        for name, kind in fields.items():
+            if not isinstance(value.get(name), kind) or isinstance(value.get(name), bool):
+                expected = "an integer" if kind is int else "a string"
+                raise ValueError(f"execution_plan: {name} must be {expected}, got {value.get(name)!r}")
+        try:
+            data = base64.b64decode(value["base64"], validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"execution_plan is corrupt: not base64 ({exc})") from None
+        plan = cls(data, value["gpu"], value["cudnn"], value["cudnn_frontend"])
+        if len(data) != value["bytes"] or plan.sha256 != value["sha256"].lower():
+            raise ValueError(f"execution_plan is corrupt: {len(data)} bytes with sha256 {plan.sha256}, "
+                             f"the file says {value['bytes']} bytes with sha256 {value['sha256']}")
+        return plan
+
+    def mismatch(self, gpu: str | None, cudnn: int | None, cudnn_frontend: int | None) -> str | None:
+        """Why this plan cannot be loaded where those run, or None."""
+        if self.gpu != gpu:
+            return f"made on a {self.gpu}, this process runs on a {gpu}"
+        if self.cudnn != cudnn:
+            return f"made with cuDNN {self.cudnn}, this process runs cuDNN {cudnn}"
+        if self.cudnn_frontend != cudnn_frontend:
+            return (f"made with cuDNN frontend {self.cudnn_frontend}, this build of torch-cudnn-algo "
+                    f"has frontend {cudnn_frontend}")
+        return None
+
+
+@dataclass(frozen=True)
 class PlanEntry:
-    """The choice for one configuration, with what tuning measured for it."""
+    """The choice for one configuration, with what tuning measured for it and,
+    for an engine configuration, its execution plan as built."""
 
     choice: int | str | None  # the flag value to run; None: stock PyTorch's own path
     time_ms: float | None = None  # the choice's median GPU time per call when tuned
     stock_ms: float | None = None  # stock's configuration, timed in the same run
     workspace: int | None = None  # bytes the choice asks for
     energy_j: float | None = None  # joules per call, when measured
+    execution_plan: SerializedPlan | None = None  # the choice as built, reloaded instead of built
+    execution_plan_unavailable: str | None = None  # why tune() kept no execution plan
 
     def to_dict(self) -> dict[str, object]:
         data: dict[str, object] = {"choice": self.choice}
         data.update({name: getattr(self, name) for name in _MEASURES if getattr(self, name) is not None})
+        if self.execution_plan is not None:
+            data["execution_plan"] = self.execution_plan.to_dict()
+        if self.execution_plan_unavailable is not None:
+            data["execution_plan_unavailable"] = self.execution_plan_unavailable
         return data
 
 
@@ -88,6 +163,17 @@ def _environment() -> dict[str, object]:
     """torch, cuDNN and GPU of this process, as a plan records them."""
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "gpu": gpu}
+
+
+def _build_environment() -> tuple[str | None, int | None, int | None]:
+    """GPU model, cuDNN and cuDNN frontend versions an execution plan built here
+    is made with, as SerializedPlan records them; None where unknown (no GPU,
+    no extension)."""
+    if not _extension.is_loaded():
+        return None, None, None
+    ops = _extension.ops()
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return gpu, int(ops.cudnn_runtime_version()), int(ops.cudnn_frontend_version())
 
 
 @dataclass
@@ -117,8 +203,10 @@ class Plan:
         key = _conv_key(conv)
         if not isinstance(entry, PlanEntry):
             entry = PlanEntry(entry)
-        self.entries[key] = PlanEntry(_canonical_choice(key, entry.choice), entry.time_ms, entry.stock_ms,
-                                      entry.workspace, entry.energy_j)
+        choice = _canonical_choice(key, entry.choice)
+        if entry.execution_plan is not None and not isinstance(choice, str):
+            raise ValueError(f"an execution plan belongs to an engine configuration, not to choice {choice!r}")
+        self.entries[key] = dataclasses.replace(entry, choice=choice)
 
     def __getitem__(self, conv: ConvLike) -> PlanEntry:
         return self.entries[_conv_key(conv)]
@@ -134,9 +222,11 @@ class Plan:
 
     # -- files ----------------------------------------------------------------
     def to_dict(self) -> dict[str, object]:
-        return {"format": FORMAT, "version": VERSION, "torch": self.torch, "cudnn": self.cudnn,
-                "gpu": self.gpu, "created": self.created, "policy": self.policy,
-                "entries": {str(conv): entry.to_dict() for conv, entry in self.entries.items()}}
+        entries = {str(conv): entry.to_dict() for conv, entry in self.entries.items()}
+        # Version 1 where nothing of version 2 is in it: older releases still read such a file.
+        version = VERSION if any(set(_BUILT) & set(entry) for entry in entries.values()) else 1
+        return {"format": FORMAT, "version": version, "torch": self.torch, "cudnn": self.cudnn,
+                "gpu": self.gpu, "created": self.created, "policy": self.policy, "entries": entries}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -168,6 +258,8 @@ class Plan:
         if version > VERSION:
             raise fail(f"plan format version {version} is newer than this torch-cudnn-algo reads "
                        f"(version {VERSION}); upgrade torch-cudnn-algo or tune again")
+        if version < 1:
+            raise fail(f"plan format version {version} does not exist (versions are 1 to {VERSION})")
         entries = data.get("entries")
         if not isinstance(entries, dict):
             raise fail('"entries" must be an object mapping configurations to choices')
@@ -183,10 +275,11 @@ class Plan:
         for conv_text, value in entries.items():
             if not isinstance(value, dict) or "choice" not in value:
                 raise fail(f"entry {conv_text!r}: expected an object with a \"choice\", got {value!r}")
-            unknown = set(value) - {"choice", *_MEASURES}
+            known = ("choice", *_MEASURES, *(_BUILT if version >= 2 else ()))
+            unknown = set(value) - set(known)
             if unknown:
                 raise fail(f"entry {conv_text!r}: unknown fields {sorted(unknown)}; fields are "
-                           f"choice, {', '.join(_MEASURES)}")
+                           f"{', '.join(known)}")
             try:
                 conv = _conv_key(conv_text)
                 if conv in plan.entries:
@@ -195,7 +288,13 @@ class Plan:
                 for name, measure in measures.items():
                     if measure is not None and (not isinstance(measure, (int, float)) or isinstance(measure, bool)):
                         raise ValueError(f"{name} must be a number, got {measure!r}")
-                plan[conv] = PlanEntry(value["choice"], **measures)  # type: ignore[arg-type]
+                unavailable = value.get("execution_plan_unavailable")
+                if unavailable is not None and not isinstance(unavailable, str):
+                    raise ValueError(f"execution_plan_unavailable must be a string, got {unavailable!r}")
+                built = value.get("execution_plan")
+                plan[conv] = PlanEntry(value["choice"], **measures,  # type: ignore[arg-type]
+                                       execution_plan=None if built is None else SerializedPlan.from_dict(built),
+                                       execution_plan_unavailable=unavailable)
             except (ValueError, TypeError) as exc:
                 raise fail(f"entry {conv_text!r}: {exc}") from None
         return plan
@@ -215,9 +314,10 @@ class Plan:
     def format(self) -> str:
         """One line per configuration: direction, convolution, choice, and the
         tuned and stock times when measured."""
-        lines = [f"plan ({self.policy}; {len(self)} configurations; torch {self.torch}, "
-                 f"cuDNN {cudnn_version_string(self.cudnn)}, "
-                 f"{self.gpu or 'no GPU'})"]
+        built = sum(1 for entry in self.entries.values() if entry.execution_plan is not None)
+        lines = [f"plan ({self.policy}; {len(self)} configurations"
+                 + (f", {built} with their built execution plans" if built else "")
+                 + f"; torch {self.torch}, cuDNN {cudnn_version_string(self.cudnn)}, {self.gpu or 'no GPU'})"]
         header = ("direction", "choice", "ms", "stock ms", "workspace", "convolution")
         rows = [header]
         for conv, entry in self.entries.items():
@@ -269,15 +369,48 @@ def current_plan() -> Plan | None:
     return _in_force
 
 
-def _apply(plan: Plan | None) -> None:
+def _loadable_execution_plans(plan: Plan, warn: bool) -> dict[ConvSpec, SerializedPlan]:
+    """The execution plans `plan` carries that this process may load: made for
+    its GPU model, cuDNN and frontend. The others are ignored (their choices are
+    built as without one), with one warning when `warn`; without a GPU none is
+    loadable and nothing is said (nothing would run)."""
+    carried = {conv: e.execution_plan for conv, e in plan.entries.items() if e.execution_plan is not None}
+    if not carried:
+        return {}
+    here = _build_environment()
+    if here[0] is None:
+        return {}
+    loadable, reasons = {}, {}
+    for conv, built in carried.items():
+        why = built.mismatch(*here)
+        if why is None:
+            loadable[conv] = built
+        else:
+            reasons[why] = reasons.get(why, 0) + 1
+    if reasons and warn:
+        where = plan.source or "the plan"
+        ignored = len(carried) - len(loadable)
+        warnings.warn(f"{where}: {ignored} of its {len(carried)} built execution plans are ignored ("
+                      + "; ".join(f"{count} {why}" for why, count in reasons.items())
+                      + "); those choices are built here as without them", PlanMismatchWarning, stacklevel=4)
+    return loadable
+
+
+def _apply(plan: Plan | None, warn: bool = True) -> None:
     """Puts `plan` in force in the extension, all entries or none."""
     global _in_force
     ops = _extension.ops()
     ops.discard_plan_choices()
     try:
+        loadable = _loadable_execution_plans(plan, warn) if plan is not None else {}
         for conv, entry in (plan.entries.items() if plan is not None else ()):
             choice = "" if entry.choice is None else str(entry.choice)
-            ops.stage_plan_choice(conv.direction, *conv.op_args(), choice, str(conv))
+            built = loadable.get(conv)
+            if built is None:
+                ops.stage_plan_choice(conv.direction, *conv.op_args(), choice, str(conv))
+            else:
+                blob = torch.frombuffer(bytearray(built.data), dtype=torch.uint8)
+                ops.stage_plan_choice(conv.direction, *conv.op_args(), choice, str(conv), blob, built.gpu)
     except Exception as exc:
         ops.discard_plan_choices()
         where = plan.source if plan is not None and plan.source else "the plan"
@@ -309,7 +442,7 @@ class use_plan:  # noqa: N801 - a function-like context manager, as torch.autogr
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        _apply(self._previous)
+        _apply(self._previous, warn=False)  # its warnings were given when it was put in use
 
 
 def plan_run_counts() -> dict[str, int]:
@@ -318,6 +451,14 @@ def plan_run_counts() -> dict[str, int]:
     algorithm ran" from "it was refused" (warning) or "never met"."""
     labels, _choices, runs = _extension.ops().plan_choices_in_force()
     return dict(zip(labels, runs))
+
+
+def plan_build_counts() -> dict[str, int]:
+    """How many engine-configuration plans this process built from scratch
+    (``"built"``: cuDNN heuristics and engine build, possibly runtime
+    compilation), rebuilt from a plan's execution plans (``"deserialized"``),
+    and could not rebuild from one (``"deserialize_failed"``: then built)."""
+    return dict(_extension.ops().plan_build_counts())
 
 
 def apply_environment() -> None:

@@ -13,12 +13,17 @@ in the requested directions is then decided by the policy:
   5% of the fastest eligible candidate;
 - ``"lowest_energy"``: the full profile table with NVML energy per call; the
   least energy (needs NVML's energy counter).
+
+Each engine configuration picked is kept with its execution plan as cuDNN
+built it (serialised), where cuDNN can serialise it, so that loading the plan
+rebuilds it instead of compiling (the entry says why where it cannot).
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -26,7 +31,7 @@ import torch
 
 from . import _extension, _flags, _nvml
 from ._conv_spec import DIRECTION_NAMES, ConvSpec
-from ._plan import Plan, PlanEntry
+from ._plan import Plan, PlanEntry, SerializedPlan
 from ._profile import profile
 from ._table import POLICIES
 
@@ -124,6 +129,20 @@ def _decide_from_table(spec: ConvSpec, deterministic: bool, allow_tf32: bool, po
     return PlanEntry(pick.value, pick.time_ms, stock_ms, pick.workspace, pick.energy_j)
 
 
+def _with_execution_plan(spec: ConvSpec, deterministic: bool, allow_tf32: bool, entry: PlanEntry) -> PlanEntry:
+    """`entry` with its choice's execution plan as built on the current device
+    (the tuner's plan, already in the plan cache), or with why there is none."""
+    if not isinstance(entry.choice, str):  # a legacy algorithm or stock's path: nothing to keep
+        return entry
+    ops = _extension.ops()
+    data, why_not = ops.plan_blob(spec.direction, *spec.op_args(), deterministic, allow_tf32, entry.choice)
+    if why_not:
+        return dataclasses.replace(entry, execution_plan_unavailable=why_not)
+    built = SerializedPlan(bytes(data.tolist()), torch.cuda.get_device_name(), int(ops.cudnn_runtime_version()),
+                           int(ops.cudnn_frontend_version()))
+    return dataclasses.replace(entry, execution_plan=built)
+
+
 def _progress(items: Sequence[Configuration], enabled: bool) -> Iterable[Configuration]:
     from tqdm.auto import tqdm
 
@@ -138,6 +157,7 @@ def tune(
     *,
     loss_fn: Callable[[object], torch.Tensor] | None = None,
     progress: bool = True,
+    execution_plans: bool = True,
 ) -> Plan:
     """Runs ``model(*example_inputs)`` forward (and backward when a backward
     direction is asked for) to collect its cuDNN convolutions, decides each
@@ -150,7 +170,10 @@ def tune(
     (default: the sum of every output tensor requiring grad). Policies:
     ``"fastest"``, ``"least_workspace"`` (smallest workspace within 5% of the
     fastest), ``"lowest_energy"`` (NVML energy per call; raises where NVML has
-    no energy counter). Must run outside CUDA graph capture.
+    no energy counter). With ``execution_plans`` (default) each engine
+    configuration picked keeps its execution plan as cuDNN built it, so that a
+    process loading the plan skips cuDNN's heuristics and compilation for it.
+    Must run outside CUDA graph capture.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; policies are {', '.join(POLICIES)}")
@@ -177,7 +200,10 @@ def tune(
     for spec, deterministic, allow_tf32, device in _progress(configurations, progress):
         with torch.cuda.device(device):
             if policy == "fastest":
-                plan[spec] = _decide_fastest(spec, deterministic, allow_tf32)
+                entry = _decide_fastest(spec, deterministic, allow_tf32)
             else:
-                plan[spec] = _decide_from_table(spec, deterministic, allow_tf32, policy)
+                entry = _decide_from_table(spec, deterministic, allow_tf32, policy)
+            if execution_plans:
+                entry = _with_execution_plan(spec, deterministic, allow_tf32, entry)
+            plan[spec] = entry
     return plan

@@ -252,7 +252,7 @@ def _tune(args: argparse.Namespace) -> int:
     with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
         started = time.perf_counter()
         plan = torch_cudnn_algo.tune(model, inputs, policy=args.policy, directions=directions,
-                                     progress=not args.no_progress)
+                                     progress=not args.no_progress, execution_plans=args.execution_plans)
     tune_seconds = time.perf_counter() - started
     print(f"tuned {len(plan)} configurations in {tune_seconds:.1f} s")
     print(plan.format())
@@ -271,7 +271,11 @@ def _tune(args: argparse.Namespace) -> int:
     print(_ratio_line("GPU kernels", times["stock gpu"], times["tuned gpu"]))
     print(_ratio_line("conv kernels", times["stock conv"], times["tuned conv"]))
     plan.save(args.output)
-    print(f"plan written to {args.output}; use it with TORCH_CUDNN_ALGO_PLAN={args.output} python train.py "
+    engines = [e for e in plan.entries.values() if isinstance(e.choice, str)]
+    built = sum(1 for e in engines if e.execution_plan is not None)
+    print(f"plan written to {args.output} ({os.path.getsize(args.output) / 1024:.0f} KiB; {built} of "
+          f"{len(engines)} engine configurations with their built execution plans)")
+    print(f"use it with TORCH_CUDNN_ALGO_PLAN={args.output} python train.py "
           "or torch_cudnn_algo.use_plan(torch_cudnn_algo.load_plan(path))")
     return 0
 
@@ -315,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--rounds", type=int, default=7, help="interleaved stock/tuned timing rounds")
     tune.add_argument("--steps", type=int, default=20, help="training steps per wall-time round")
     tune.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tune.add_argument("--execution-plans", action=argparse.BooleanOptionalAction, default=True,
+                      help="keep each engine configuration's built execution plan in the plan, so that "
+                           "loading it compiles nothing (default: on)")
     tune.set_defaults(run=_tune)
     return parser
 

@@ -1,6 +1,9 @@
 """A torchrun job (NCCL, one process per GPU): rank 0 tunes the default network
 and writes the plan, the other ranks wait and load it, every rank trains a few
 DDP steps under it, and rank 0 checks that every rank ran identical choices.
+Per rank it also reports the first step's wall time and how many plans were
+built vs deserialised from the plan's built execution plans (the other ranks
+should build only the entries without one).
 
     torchrun --nproc-per-node 2 tests/jobs/plan_distributed_job.py OUT_DIR
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -45,18 +49,22 @@ def main(out_dir: Path) -> int:
 
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    losses = []
+    losses, step_seconds = [], []
     for _ in range(STEPS):
+        started = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.float16):
             loss = ddp(x).float().logsumexp(dim=1).mean()
         loss.backward()
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(loss.item())  # synchronizes
+        step_seconds.append(time.perf_counter() - started)
     torch.cuda.synchronize()
     labels, choices, runs = torch_cudnn_algo._extension.ops().plan_choices_in_force()
     mine = {"rank": rank, "gpu": torch.cuda.get_device_name(), "device": local_rank,
-            "choices": dict(zip(labels, choices)), "runs": dict(zip(labels, runs)), "losses": losses}
+            "choices": dict(zip(labels, choices)), "runs": dict(zip(labels, runs)), "losses": losses,
+            "first_step_s": step_seconds[0], "plan_build_counts": torch_cudnn_algo.plan_build_counts(),
+            "with_execution_plan": sum(1 for e in plan.entries.values() if e.execution_plan is not None)}
     everyone: list[dict] = [None] * world  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
     status = 0
@@ -67,7 +75,8 @@ def main(out_dir: Path) -> int:
         result = {"world_size": world, "configurations": len(reference), "identical_choices": identical,
                   "every_entry_ran_on_every_rank": all_ran,
                   "distinct_choices": len(set(reference.values())),
-                  "ranks": [{k: r[k] for k in ("rank", "gpu", "device", "losses")} |
+                  "ranks": [{k: r[k] for k in ("rank", "gpu", "device", "losses", "first_step_s",
+                                               "plan_build_counts", "with_execution_plan")} |
                             {"calls": sum(r["runs"].values())} for r in everyone],
                   "choices": reference}
         (out_dir / "result.json").write_text(json.dumps(result, indent=1))

@@ -1,0 +1,56 @@
+// Built execution plans carried by a torch_cudnn_algo.Plan: the cuDNN
+// frontend's serialised form of a graph plan (Graph::serialize, UBJSON around
+// cuDNN's execution-plan JSON), attached to a plan entry so that the first
+// call of its configuration rebuilds the plan from it instead of querying the
+// heuristics and compiling (see get_graph_plan). Also the counters that prove
+// it: graph plans built vs deserialised.
+#pragma once
+
+#include "conv_key.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_cudnn_algo {
+
+// One serialised graph plan as a plan entry carries it. Immutable but for the
+// warning flag.
+struct PlanBlob {
+  std::vector<uint8_t> data;  // what Graph::serialize wrote
+  std::string gpu;            // the GPU model it was made on (a device of another model builds)
+  std::string label;          // the plan entry, for messages
+  // Set by the first "cannot be loaded here" warning: one per entry, not per device.
+  mutable std::atomic<bool> warned{false};
+};
+
+// Raises ValueError naming blob.label unless blob.data parses as the
+// frontend's serialised plan (UBJSON object with the execution plan, its
+// tensor uids and behaviour notes). Needs no GPU: a file's corruption is
+// caught when the plan is put in use, before anything of it is.
+void check_plan_blob(const PlanBlob& blob);
+
+// The blob of the plan entry in force for key's configuration when that
+// entry's choice is `engine` (canonical name), else nullptr.
+std::shared_ptr<const PlanBlob> plan_blob_for(const ConvKey& key, const std::string& engine);
+
+// The GPU model of CUDA device `device`, as torch.cuda.get_device_name gives it.
+std::string gpu_model_name(int device);
+
+// Monotonic counts since the process started, for tests and benchmarks:
+// graph plans built from scratch for the plan cache (heuristics and engine
+// build), rebuilt from a blob, and blobs that cuDNN could not load (the plan
+// was then built).
+struct PlanBuildCounts {
+  int64_t built = 0;
+  int64_t deserialized = 0;
+  int64_t deserialize_failed = 0;
+};
+void count_plan_built();
+void count_plan_deserialized();
+void count_plan_deserialize_failed();
+PlanBuildCounts plan_build_counts();
+
+}  // namespace torch_cudnn_algo
