@@ -38,6 +38,15 @@ constexpr int kFinalReps = 7;
 // A pick must beat stock's configuration by this much (relative) to replace it:
 // below it, the difference is within the timing noise of a few calls.
 constexpr double kMinGain = 0.01;
+// A pick may not cost more host time per call than stock's configuration
+// beyond this (relative, plus an absolute slack for timer noise): cuDNN's
+// engines differ in what their launch costs the CPU (several kernels,
+// cuBLASLt-backed GEMMs), and an eager training step is host-bound, so a pick
+// that saves GPU time but adds host time makes the step slower (ConvTasNet's
+// 1x1 convolutions: 366 us of host time per backward call with such picks,
+// 141 us with stock's, on the H100).
+constexpr double kMaxHostIncrease = 0.10;
+constexpr double kHostSlackUs = 2.0;
 // conv_knob_search: engines searched and the time allowed per configuration.
 constexpr size_t kKnobSearchEngines = 2;
 constexpr double kKnobSearchSeconds = 1.0;
@@ -64,15 +73,19 @@ double seconds_since(Clock::time_point start) {
 struct Candidate {
   std::string name;  // canonical engine configuration name
   std::shared_ptr<const Plan> plan;  // null until built, or when cuDNN cannot build it
-  std::vector<double> samples_ms;
+  std::vector<double> samples_ms;  // GPU time per call
+  std::vector<double> host_us;     // host time to enqueue one call
   bool is_stock_config = false;
 
   bool runnable() const { return plan && plan->refusal.empty(); }
-  double median_ms() const {
-    if (samples_ms.empty()) return std::numeric_limits<double>::infinity();
-    std::vector<double> sorted = samples_ms;
-    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-    return sorted[sorted.size() / 2];
+  double median_ms() const { return median_of(samples_ms); }
+  double median_host_us() const { return median_of(host_us); }
+
+ private:
+  static double median_of(std::vector<double> values) {
+    if (values.empty()) return std::numeric_limits<double>::infinity();
+    std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+    return values[values.size() / 2];
   }
 };
 
@@ -264,6 +277,8 @@ std::vector<size_t> Tuner::warm_up(std::vector<size_t> indices) {
 
 // `reps` rounds over `indices`, each call between two CUDA events, all queued
 // behind one spin kernel: GPU time only, and drift hits every candidate alike.
+// The host time of each call's enqueue is taken on the way: behind the spin
+// kernel no launch waits for the GPU, so it is what the call costs the CPU.
 void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
   if (indices.empty()) return;
   const auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(key_.device));
@@ -280,7 +295,9 @@ void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
   for (int r = 0; r < reps; ++r) {
     for (const size_t i : indices) {
       starts[k].record(stream);
+      const auto enqueued = Clock::now();
       candidates_[i].plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
+      candidates_[i].host_us.push_back(seconds_since(enqueued) * 1e6);
       ends[k].record(stream);
       ++k;
     }
@@ -412,6 +429,8 @@ void Tuner::record(const Candidate* pick, size_t timed) {
         << ", \"stock_config\": " << (stock ? json_string(stock->name) : "null")
         << ", \"pick_ms\": " << (pick ? json_number(pick->median_ms()) : "null")
         << ", \"stock_config_ms\": " << (stock ? json_number(stock->median_ms()) : "null")
+        << ", \"pick_host_us\": " << (pick ? json_number(pick->median_host_us()) : "null")
+        << ", \"stock_config_host_us\": " << (stock ? json_number(stock->median_host_us()) : "null")
         << ", \"candidates\": " << listed_ << ", \"timed\": " << timed
         << ", \"knob_configs\": " << knob_configs_ << ", \"seconds\": " << json_number(seconds)
         << ", \"workspace\": " << (pick ? std::to_string(pick->plan->workspace_bytes) : "null")
@@ -487,10 +506,16 @@ std::shared_ptr<const Choice> Tuner::run() {
 
   const Candidate* stock = stock_config_ ? &candidates_[*stock_config_] : nullptr;
   const bool stock_pickable = stock && within_limit(*stock);
+  const double host_budget_us =
+      stock ? stock->median_host_us() * (1 + kMaxHostIncrease) + kHostSlackUs
+            : std::numeric_limits<double>::infinity();
   const Candidate* pick = nullptr;
   for (const size_t i : by_median(finalists)) {
     const Candidate& c = candidates_[i];
     if (!within_limit(c)) continue;
+    if (stock && &c != stock && c.median_host_us() > host_budget_us) {
+      continue;  // faster on the GPU, slower to launch: a loss in an eager step
+    }
     if (stock && &c != stock && c.median_ms() >= stock->median_ms() * (1 - kMinGain)) {
       // Not clearly faster than stock's configuration: keep stock's.
       pick = stock_pickable ? stock : nullptr;
