@@ -65,6 +65,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_cudnn_algo
+from graph_timing import capture_step, replay_ms
 from host_overhead import per_call_us, stock_pick
 from report_render import (
     H100_FP16_DENSE_TFLOPS,
@@ -538,32 +539,8 @@ def eager_ms_per_step(training: Training, steps: int) -> float:
 
 
 def capture_step_graph(training: Training, warmup_steps: int, pool: object | None) -> torch.cuda.CUDAGraph:
-    """One whole training step captured as in PyTorch's CUDA graphs docs: warm-up iterations
-    on a side stream (lazy state such as momentum buffers is created outside capture), then
-    gradients set to None so the captured backward allocates them from the graph's pool."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup_steps):
-            training.step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    training.optimizer.zero_grad(set_to_none=True)
-    with torch.cuda.graph(graph, pool=pool):
-        training.forward_backward_update()
-    torch.cuda.synchronize()
-    return graph
-
-
-def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> float:
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / replays
+    return capture_step(training.step, training.forward_backward_update,
+                        lambda: training.optimizer.zero_grad(set_to_none=True), warmup_steps, pool)
 
 
 def warm_up_mode(training: Training, mode: Mode, loops: Loops) -> dict:

@@ -62,6 +62,7 @@ from typing import Any
 import torch
 
 import torch_cudnn_algo
+from graph_timing import capture_step, replay_ms
 from zoo_networks import ZOO, Trainer, build_trainer, loss_of
 
 SCRIPT = Path(__file__).resolve()
@@ -830,33 +831,10 @@ def measure_host(trainer: Trainer, plan: torch_cudnn_algo.Plan, settings: Settin
             "ops": ops}
 
 
-def capture_step(trainer: Trainer, pool: object | None) -> torch.cuda.CUDAGraph:
-    """One whole training step captured as PyTorch's CUDA graphs docs show: warm-up iterations on
-    a side stream (lazy state such as momentum buffers is made outside capture), gradients set to
-    None so that the captured backward allocates them from the graph's pool."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(GRAPH_WARMUP_STEPS):
-            trainer.graph_step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    with torch.cuda.graph(graph, pool=pool):
-        trainer.graph_body()
-    torch.cuda.synchronize()
-    return graph
-
-
-def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / replays
+def capture_trainer_step(trainer: Trainer, pool: object | None) -> torch.cuda.CUDAGraph:
+    """The trainer's step without GradScaler's host check (``graph_body``), captured."""
+    return capture_step(trainer.graph_step, trainer.graph_body,
+                        lambda: trainer.optimizer.zero_grad(set_to_none=True), GRAPH_WARMUP_STEPS, pool)
 
 
 @functools.cache
@@ -923,7 +901,7 @@ def measure_gpu(trainer: Trainer, modes: dict[str, Callable[[], contextlib.Abstr
     for label, mode in modes.items():
         try:
             with mode():
-                graphs[label] = capture_step(trainer, pool)
+                graphs[label] = capture_trainer_step(trainer, pool)
             pool = pool or graphs[label].pool()
         except Exception as exc:  # noqa: BLE001 - recorded; timed by events instead
             errors[label] = f"CUDA graph capture failed, timed by CUDA events around eager steps: {error_text(exc)}"
