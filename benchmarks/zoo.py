@@ -45,7 +45,6 @@ import json
 import math
 import os
 import platform
-import re
 import shlex
 import shutil
 import statistics
@@ -63,6 +62,8 @@ import torch
 
 import torch_cudnn_algo
 from graph_timing import capture_step, replay_ms
+from report_render import device_slug
+from torch_cudnn_algo._build import cudnn_version_string as cudnn_text
 from zoo_networks import ZOO, Trainer, build_trainer, loss_of
 
 SCRIPT = Path(__file__).resolve()
@@ -295,28 +296,6 @@ def rotated(items: Sequence[str], index: int) -> list[str]:
     round (clocks, temperature) does not always favour the same mode."""
     shift = index % len(items)
     return [*items[shift:], *items[:shift]]
-
-
-def cudnn_text(version: int | None) -> str | None:
-    """cuDNN's integer version as text: 91900 -> "9.19.0" (cuDNN 9: major*10000 + minor*100 +
-    patch), 8906 -> "8.9.6" (cuDNN 8 and older: major*1000 + minor*100 + patch)."""
-    if version is None:
-        return None
-    if version >= 90000:
-        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
-    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
-
-
-def device_slug(device: str | None) -> str:
-    """A short file-name part for a GPU: "NVIDIA H100 80GB HBM3" -> "h100"."""
-    if not device:
-        return "unknown"
-    # Model names are one or two letters then 2-4 digits (H100, A100, L40S, GH200, B200); memory
-    # sizes ("80GB") start with a digit, memory types ("HBM3") have one digit.
-    model = re.search(r"\b([A-Za-z]{1,2}\d{2,4}[A-Za-z]?)\b", device.replace("NVIDIA", ""))
-    if model:
-        return model.group(1).lower()
-    return re.sub(r"[^a-z0-9]", "", device.lower()) or "unknown"
 
 
 # ---------------------------------------------------------------------------
