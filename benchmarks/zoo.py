@@ -3,7 +3,7 @@ written as ``<out>/zoo-<gpu>-<date>.json`` (the shape the eager, tuning and star
 and its markdown rendering ``zoo-<gpu>-<date>.md``.
 
     python benchmarks/zoo.py [--networks a,b] [--sections first_step,eager,host,gpu,benchmark]
-                             [--rounds 10] [--steps 10] [--out benchmarks/results] [--quick]
+                             [--rounds 16] [--steps 6] [--out benchmarks/results] [--quick]
                              [--child-timeout 240] [--budget-s 510]
     python benchmarks/zoo.py --merge-only [--out benchmarks/results]      # no GPU needed
 
@@ -18,14 +18,23 @@ Per network, fresh child processes (this script with ``--child``), because first
   (``tune_s``; the plan is saved to a temporary file), one untimed warm-up of every mode (where
   ``"fastest"`` tunes), then the ``eager``, ``host`` and ``gpu`` sections;
 - ``plan_first_step``: ``TORCH_CUDNN_ALGO_PLAN=<that file>``, the first step (``first_step_s.plan``);
+- ``names_first_step``: the same plan with its execution plans left out (choices only), the first
+  step (``first_step_s.plan_names``): what the heuristics cost (stock - names) and what building the
+  chosen plans, runtime compilation included, costs (names - plan), without instrumenting cuDNN;
 - ``benchmark``: ``torch.backends.cudnn.benchmark = True`` from the start, the first step
-  (``benchmark_search_s``) and the step's GPU time (``gpu_ms.benchmark``). Stock's plan cache is
-  shared between heuristic and benchmark mode, so this must be a process that never ran heuristics.
+  (``benchmark_search_s``), then the step's GPU time by CUDA-graph replay of stock's benchmark
+  picks (``gpu_ms.benchmark``) and of the tuned plan, interleaved in the same process
+  (``gpu_ms.plan_in_benchmark_process``): GPU clocks drift between processes by more than the
+  difference measured. Stock's plan cache is shared between heuristic and benchmark mode, so this
+  must be a process that never ran heuristics (the plan names every configuration's engine, so it
+  runs none of stock's cached picks).
 
-Sections: ``eager`` wall ms per step, modes stock / plan / fastest in rotated order per round,
-ratios stock/ours within each round; ``host`` torch.profiler (CPU activity) self+children CPU time
-per convolution op call; ``gpu`` the step's GPU time by CUDA-graph replay (no host time in it),
-stock heuristics vs ``"fastest"``; ``first_step`` the plan child; ``benchmark`` the benchmark child.
+Sections: ``eager`` wall ms per step, modes stock / plan / fastest / control in rotated order per
+round, ratios stock/X within each round; ``control`` is stock again, so stock/control is what the
+host's noise alone gives (an A/A test: a ratio of ours inside its spread is no difference);
+``host`` torch.profiler (CPU activity) self+children CPU time per convolution op call; ``gpu`` the
+step's GPU time by CUDA-graph replay (no host time in it), stock heuristics vs ``"fastest"``;
+``first_step`` the plan children; ``benchmark`` the benchmark child.
 
 Each measurement lands in ``<out>/raw/zoo/<network>.<part>.json`` as soon as it is measured
 (parts: setup, eager, host, gpu, first_step, benchmark), so runs split over several commands
@@ -71,8 +80,10 @@ REPO_ROOT = SCRIPT.parent.parent
 
 SECTIONS = ("first_step", "eager", "host", "gpu", "benchmark")
 MAIN_SECTIONS = ("eager", "host", "gpu")  # measured by the main child, in this order (gpu last: see measure_gpu)
-EAGER_MODES = ("stock", "plan", "fastest")
-CHILD_KINDS = ("main", "plan_first_step", "benchmark")
+EAGER_MODES = ("stock", "plan", "fastest", "control")  # control: stock again (A/A)
+EAGER_COMPARED = EAGER_MODES[1:]
+REPORTED_MODES = EAGER_MODES[:3]  # the report's eager_ms shape; control goes with the detail
+CHILD_KINDS = ("main", "plan_first_step", "names_first_step", "benchmark")
 CHILD_RESULT_PREFIX = "ZOO_CHILD_RESULT "
 PLAN_ENV_VAR = "TORCH_CUDNN_ALGO_PLAN"
 # Environment variables that would make a "stock" child run pinned algorithms or a plan.
@@ -120,7 +131,7 @@ class Settings:
 
 
 # Loop settings: (default, --quick). An explicit option wins over both.
-LOOP_DEFAULTS = {"rounds": (10, 3), "steps": (10, 3), "host_rounds": (2, 1), "gpu_repeats": (5, 2),
+LOOP_DEFAULTS = {"rounds": (16, 3), "steps": (6, 3), "host_rounds": (2, 1), "gpu_repeats": (5, 2),
                  "gpu_replays": (20, 5)}
 
 
@@ -324,11 +335,12 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
     gpu_ms = {"heuristics": _get(gpu, "median_ms", "heuristics"),
               "benchmark": _get(bench, "gpu", "median_ms", "benchmark"),
               "fastest": _get(gpu, "median_ms", "fastest")}
+    names = _ok(parts.get("names_first_step"))
     first_step = {"stock": _get(setup, "first_step_s"), "plan": _get(first, "first_step_s")}
     entry: dict[str, Any] = {
         "name": name,
         "gpu_ms": gpu_ms,
-        "eager_ms": {mode: _get(eager, "median_ms", mode) for mode in EAGER_MODES},
+        "eager_ms": {mode: _get(eager, "median_ms", mode) for mode in REPORTED_MODES},
         "host_us_per_conv_call": {mode: _get(host, "median_us_per_call", mode) for mode in ("stock", "plan")},
         "tune_s": _get(setup, "tune_s"),
         "benchmark_search_s": _get(bench, "benchmark_search_s"),
@@ -337,14 +349,15 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
     notes: list[str] = []
     entry.update({
         "kinds": sorted(ZOO[name].kinds) if name in ZOO else None,
+        "eager_control_ms": _get(eager, "median_ms", "control"),
         "eager_rounds_ms": _get(eager, "rounds_ms"),
-        "eager_ratio": {mode: _get(eager, "ratio", mode) for mode in ("plan", "fastest")},
+        "eager_ratio": {mode: _get(eager, "ratio", mode) for mode in EAGER_COMPARED},
         "eager_cpu_ms": {mode: _get(eager, "cpu_median_ms", mode) for mode in EAGER_MODES},
-        "eager_cpu_ratio": {mode: _get(eager, "cpu_ratio", mode) for mode in ("plan", "fastest")},
+        "eager_cpu_ratio": {mode: _get(eager, "cpu_ratio", mode) for mode in EAGER_COMPARED},
         "eager_orders": _get(eager, "orders"),
         "host_us_per_conv_call_fastest": _get(host, "median_us_per_call", "fastest"),
         "host_rounds_us": _get(host, "rounds_us"),
-        "host_ratio": {mode: _get(host, "ratio", mode) for mode in ("plan", "fastest")},
+        "host_ratio": {mode: _get(host, "ratio", mode) for mode in EAGER_COMPARED},
         "host_conv_calls_per_step": _get(host, "conv_calls_per_step"),
         "host_ops": _get(host, "ops"),
         "gpu_repeats_ms": {"heuristics": _get(gpu, "repeats_ms", "heuristics"),
@@ -353,6 +366,12 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
         "gpu_speedup_fastest": {"vs_heuristics": ratio(gpu_ms["heuristics"], gpu_ms["fastest"]),
                                 "vs_benchmark": ratio(gpu_ms["benchmark"], gpu_ms["fastest"]),
                                 "vs_heuristics_per_repeat": _get(gpu, "ratio", "fastest")},
+        # The tuned plan against stock's benchmark picks in the benchmark child, interleaved: the
+        # comparison that cross-process clock drift does not blur (vs_benchmark above is across
+        # processes).
+        "gpu_ms_plan_in_benchmark_process": _get(bench, "gpu", "median_ms", "plan"),
+        "gpu_speedup_plan_vs_benchmark_same_process": _get(bench, "gpu", "ratio", "plan"),
+        "benchmark_process_plan_pinned_runs_per_step": _get(bench, "plan_pinned_runs_per_step"),
         "gpu_method": {"heuristics": _get(gpu, "method", "heuristics"),
                        "benchmark": _get(bench, "gpu", "method", "benchmark"),
                        "fastest": _get(gpu, "method", "fastest")},
@@ -361,6 +380,10 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
                               "fastest": _get(gpu, "energy_j_per_step", "fastest")},
         "tune_over_benchmark_search": ratio(entry["tune_s"], entry["benchmark_search_s"]),
         "first_step_plan_over_stock": ratio(first_step["plan"], first_step["stock"]),
+        # Choices without their execution plans: heuristics skipped, every plan built (compiled).
+        "first_step_plan_names_s": _get(names, "first_step_s"),
+        "first_step_plan_build_counts": {"plan": _get(first, "plan_build_counts"),
+                                         "plan_names": _get(names, "plan_build_counts")},
         "benchmark_second_step_s": _get(bench, "second_step_s"),
         "fastest_policy_tuning_s": _get(setup, "modes", "fastest", "tuning_s"),
         "plan_file_bytes": _get(setup, "plan_file_bytes"),
@@ -430,10 +453,10 @@ def _spread(summary: dict | None) -> str:
 
 
 TABLE_HEADER = ("network", "eager ms stock / plan / fastest", "eager stock/plan", "eager stock/fastest",
-                "eager CPU stock/plan", "eager CPU stock/fastest",
+                "eager stock/control (A/A)", "eager CPU stock/plan", "eager CPU stock/fastest",
                 "host µs per conv call stock / plan", "host stock/plan", "GPU ms heuristics / benchmark / fastest",
-                "fastest vs heuristics", "fastest vs benchmark", "tune s / benchmark search s",
-                "first step s stock / plan")
+                "fastest vs heuristics", "fastest vs benchmark", "plan vs benchmark, same process",
+                "tune s / benchmark search s", "first step s stock / names / plan")
 
 
 def table_row(net: dict) -> list[str]:
@@ -444,6 +467,7 @@ def table_row(net: dict) -> list[str]:
         _trio([eager["stock"], eager["plan"], eager["fastest"]], 2),
         _spread(net["eager_ratio"]["plan"]),
         _spread(net["eager_ratio"]["fastest"]),
+        _spread(net["eager_ratio"].get("control")),
         _spread((net.get("eager_cpu_ratio") or {}).get("plan")),
         _spread((net.get("eager_cpu_ratio") or {}).get("fastest")),
         _trio([host["stock"], host["plan"]], 1),
@@ -451,8 +475,9 @@ def table_row(net: dict) -> list[str]:
         _trio([gpu["heuristics"], gpu["benchmark"], gpu["fastest"]], 2),
         _num(speedup["vs_heuristics"], 3),
         _num(speedup["vs_benchmark"], 3),
+        _spread(net.get("gpu_speedup_plan_vs_benchmark_same_process")),
         _trio([net["tune_s"], net["benchmark_search_s"]], 2),
-        _trio([net["first_step_s"]["stock"], net["first_step_s"]["plan"]], 2),
+        _trio([net["first_step_s"]["stock"], net.get("first_step_plan_names_s"), net["first_step_s"]["plan"]], 2),
     ]
 
 
@@ -464,16 +489,20 @@ def render_markdown(report: dict) -> str:
         "Generated by `python benchmarks/zoo.py` from the raw files in `raw/zoo/`; "
         "numbers are medians, `—` not measured.",
         "",
-        "- **eager**: wall ms per training step (fwd + bwd + SGD, GradScaler under AMP), the three modes "
+        "- **eager**: wall ms per training step (fwd + bwd + SGD, GradScaler under AMP), the modes "
         "interleaved in rotated order per round; `stock/ours` is the per-round ratio, median (min–max); "
-        "above 1 ours is faster. `CPU`: the same rounds' process CPU time per step (every thread's host "
-        "work, not time spent waiting or preempted), garbage collector off while timed.",
+        "above 1 ours is faster. `control` is stock measured again as a fourth mode: `stock/control` "
+        "is the spread the host's noise alone gives. `CPU`: the same rounds' process CPU time per step "
+        "(every thread's host work, not time spent waiting or preempted), garbage collector off while timed.",
         "- **host**: torch.profiler CPU time (self + children) per call of `aten::cudnn_convolution`, "
         "`aten::cudnn_convolution_transpose` and `aten::convolution_backward`.",
         "- **GPU**: the step captured in a CUDA graph and replayed (no host time); `benchmark` is stock "
-        "`benchmark=True` in a fresh process; `fastest vs X` = X's time / fastest's (above 1 fastest is faster).",
+        "`benchmark=True` in a fresh process; `fastest vs X` = X's time / fastest's (above 1 fastest is faster); "
+        "`plan vs benchmark, same process`: stock's benchmark picks / the tuned plan's, both replayed "
+        "interleaved in the benchmark process, per repeat, median (min–max).",
         "- **tune s**: `tune()`; **benchmark search s**: the first step of a fresh `benchmark=True` process; "
-        "**first step**: a fresh process's first step, stock heuristics vs `TORCH_CUDNN_ALGO_PLAN`.",
+        "**first step**: a fresh process's first step: stock heuristics, `TORCH_CUDNN_ALGO_PLAN` with the "
+        "plan's choices alone (`names`: no heuristics, every plan built) and with its execution plans (`plan`).",
         "",
         "| " + " | ".join(TABLE_HEADER) + " |",
         "|" + "|".join("---" for _ in TABLE_HEADER) + "|",
@@ -582,6 +611,7 @@ def run_network(network: str, settings: Settings, budget: Budget, plans: Path) -
         children.append(("main", ["setup", *main_parts], {}))
     if "first_step" in settings.sections:
         children.append(("plan_first_step", ["first_step"], {PLAN_ENV_VAR: str(plan_path)}))
+        children.append(("names_first_step", ["names_first_step"], {PLAN_ENV_VAR: str(names_plan_path(plan_path))}))
     if "benchmark" in settings.sections:
         children.append(("benchmark", ["benchmark"], {}))
     for kind, parts, env in children:
@@ -589,8 +619,8 @@ def run_network(network: str, settings: Settings, budget: Budget, plans: Path) -
         if timeout is None:
             progress(f"{network}: time budget spent; {kind} and later children not started")
             return False
-        if kind == "plan_first_step" and not plan_path.exists():
-            write_raw(settings, network, "first_step",
+        if kind in ("plan_first_step", "names_first_step") and not plan_path.exists():
+            write_raw(settings, network, parts[0],
                       {"error": "no plan file: the main child did not save one (see the setup part)"}, None)
             continue
         run_child(kind, network, parts, settings, timeout, plan_path, env)
@@ -691,9 +721,9 @@ def environment() -> dict[str, object]:
 
 @contextlib.contextmanager
 def applied(mode: str, plan: torch_cudnn_algo.Plan | None) -> Iterator[None]:
-    """A mode: "stock" (no plan, flags None), "plan" (the tuned plan in use, flags None) or
-    "fastest" (no plan, all three flags "fastest"); the previous state comes back on exit."""
-    policy = "fastest" if mode == "fastest" else None
+    """A mode: "stock" and "control" (no plan, flags None), "plan" (the tuned plan in use, flags
+    None) or "fastest" (no plan, all three flags "fastest"); the previous state comes back on exit."""
+    policy = "fastest" if mode == "fastest" else None  # "control" is stock again
     flags = dict.fromkeys((d.flag for d in torch_cudnn_algo.DIRECTIONS.values()), policy)
     with torch_cudnn_algo.use_plan(plan if mode == "plan" else None), torch_cudnn_algo.flags(**flags):
         yield
@@ -751,10 +781,10 @@ def measure_eager(trainer: Trainer, plan: torch_cudnn_algo.Plan, settings: Setti
                  + ", ".join(f"{mode} {rounds[mode][-1]:.2f} ms" for mode in EAGER_MODES))
     return {"rounds_ms": rounds, "orders": orders,
             "median_ms": {mode: median(values) for mode, values in rounds.items()},
-            "ratio": {mode: ratio_summary(rounds["stock"], rounds[mode]) for mode in ("plan", "fastest")},
+            "ratio": {mode: ratio_summary(rounds["stock"], rounds[mode]) for mode in EAGER_COMPARED},
             "cpu_rounds_ms": cpu_rounds,
             "cpu_median_ms": {mode: median(values) for mode, values in cpu_rounds.items()},
-            "cpu_ratio": {mode: ratio_summary(cpu_rounds["stock"], cpu_rounds[mode]) for mode in ("plan", "fastest")},
+            "cpu_ratio": {mode: ratio_summary(cpu_rounds["stock"], cpu_rounds[mode]) for mode in EAGER_COMPARED},
             "configs_tuned_in_rounds": len(torch_cudnn_algo.tuning_log()) - tuned_before}
 
 
@@ -805,7 +835,7 @@ def measure_host(trainer: Trainer, plan: torch_cudnn_algo.Plan, settings: Settin
         progress(f"host round {index + 1}/{settings.host_rounds}: "
                  + ", ".join(f"{mode} {_num(rounds[mode][-1], 1)} µs/call" for mode in modes))
     return {"rounds_us": rounds, "median_us_per_call": {mode: median(values) for mode, values in rounds.items()},
-            "ratio": {mode: ratio_summary(rounds["stock"], rounds[mode]) for mode in ("plan", "fastest")},
+            "ratio": {mode: ratio_summary(rounds["stock"], rounds[mode]) for mode in EAGER_COMPARED},
             "conv_calls_per_step": {mode: median(values) for mode, values in calls.items()},
             "ops": ops}
 
@@ -938,6 +968,7 @@ def child_main(network: str, settings: Settings, plan_path: Path) -> dict:
     torch.cuda.synchronize()
     tune_s = time.perf_counter() - started
     plan.save(plan_path)
+    without_execution_plans(plan).save(names_plan_path(plan_path))
     setup = {"workload": workload, "first_step_s": first, "tune_s": tune_s,
              "plan_file_bytes": plan_path.stat().st_size, "plan_entries": len(plan),
              "plan_non_stock_entries": sum(1 for entry in plan.entries.values() if entry.choice is not None)}
@@ -968,8 +999,31 @@ def child_main(network: str, settings: Settings, plan_path: Path) -> dict:
     return {"written": ["setup", *sections]}
 
 
+def names_plan_path(plan_path: Path) -> Path:
+    return plan_path.with_name(plan_path.name.replace(".plan.json", ".names.plan.json"))
+
+
+def without_execution_plans(plan: torch_cudnn_algo.Plan) -> torch_cudnn_algo.Plan:
+    """``plan``'s choices alone, as a plan saved without execution plans would hold them."""
+    data = plan.to_dict()
+    for entry in data["entries"].values():
+        entry.pop("execution_plan", None)
+        entry["execution_plan_unavailable"] = "left out by the zoo benchmark (choices-only first step)"
+    return torch_cudnn_algo.Plan.from_json(json.dumps(data))
+
+
+def child_names_first_step(network: str, settings: Settings, plan_path: Path) -> dict:
+    """The first step with the tuned plan's choices alone (TORCH_CUDNN_ALGO_PLAN names the
+    choices-only file): no heuristics query, every chosen plan built."""
+    return plan_first_step(network, settings, names_plan_path(plan_path), "names_first_step")
+
+
 def child_plan_first_step(network: str, settings: Settings, plan_path: Path) -> dict:
     """The first step of a fresh process whose plan came from TORCH_CUDNN_ALGO_PLAN at import."""
+    return plan_first_step(network, settings, plan_path, "first_step")
+
+
+def plan_first_step(network: str, settings: Settings, plan_path: Path, part: str) -> dict:
     require_extension()
     applied_by = "environment"
     if torch_cudnn_algo.current_plan() is None:  # the autoload did not apply it: say so, then apply it
@@ -982,20 +1036,22 @@ def child_plan_first_step(network: str, settings: Settings, plan_path: Path) -> 
     first = step_seconds(trainer)
     runs = pinned_runs_since(before)
     counts = torch_cudnn_algo.plan_run_counts()
+    builds = torch_cudnn_algo.plan_build_counts()
     second = step_seconds(trainer)
     progress(f"first step with the plan {first:.2f} s (second {second:.3f} s); plan applied by {applied_by}")
-    write_raw(settings, network, "first_step", {
-        "workload": workload, "first_step_s": first, "second_step_s": second,
+    write_raw(settings, network, part, {
+        "workload": workload, "first_step_s": first, "second_step_s": second, "plan_build_counts": builds,
         "plan_applied_by": applied_by, "plan_entries": len(counts),
         "plan_entries_run": sum(1 for runs_of_entry in counts.values() if runs_of_entry > 0),
         "plan_runs_first_step": sum(counts.values()), "pinned_runs_first_step": runs, "plan_run_counts": counts,
     }, env)
-    return {"written": ["first_step"]}
+    return {"written": [part]}
 
 
-def child_benchmark(network: str, settings: Settings, _plan_path: Path) -> dict:
+def child_benchmark(network: str, settings: Settings, plan_path: Path) -> dict:
     """Stock ``benchmark=True`` in a process that never ran the heuristics on this network:
-    the first step (the search) and the step's GPU time."""
+    the first step (the search), then the step's GPU time with stock's benchmark picks and, where
+    the main child saved one, with the tuned plan, interleaved."""
     trainer, workload = build_trainer(network, DEVICE)
     env = environment()
     warm_up_cuda()
@@ -1007,15 +1063,30 @@ def child_benchmark(network: str, settings: Settings, _plan_path: Path) -> dict:
         trainer.step()
     gc.collect()
     gc.freeze()
-    gpu = measure_gpu(trainer, {"benchmark": contextlib.nullcontext}, settings)
+    modes: dict[str, Callable[[], contextlib.AbstractContextManager]] = {"benchmark": contextlib.nullcontext}
+    plan_runs = None
+    if plan_path.exists():
+        plan = torch_cudnn_algo.load_plan(plan_path)
+        modes["plan"] = lambda: torch_cudnn_algo.use_plan(plan)
+        with torch_cudnn_algo.use_plan(plan):
+            trainer.step()  # the plan's configurations built (or rebuilt) before any timing
+            torch.cuda.synchronize()
+            before = torch_cudnn_algo.pinned_run_counts()
+            trainer.step()
+            torch.cuda.synchronize()
+            plan_runs = pinned_runs_since(before)
+        progress(f"plan in the benchmark process: pinned runs per step {plan_runs}")
+    gpu = measure_gpu(trainer, modes, settings)
     write_raw(settings, network, "benchmark", {"workload": {**workload, "cudnn_benchmark": True},
-                                               "benchmark_search_s": first, "second_step_s": second, "gpu": gpu},
+                                               "benchmark_search_s": first, "second_step_s": second, "gpu": gpu,
+                                               "plan_pinned_runs_per_step": plan_runs},
               env)
     return {"written": ["benchmark"]}
 
 
 CHILDREN: dict[str, Callable[[str, Settings, Path], dict]] = {
-    "main": child_main, "plan_first_step": child_plan_first_step, "benchmark": child_benchmark}
+    "main": child_main, "plan_first_step": child_plan_first_step, "names_first_step": child_names_first_step,
+    "benchmark": child_benchmark}
 
 
 def run_as_child(args: argparse.Namespace, settings: Settings) -> int:

@@ -42,10 +42,11 @@ def write_parts(out: Path, network: str, device: str = GPU, measured: str = "202
                   "tune_s": 2.0, "plan_file_bytes": 12345, "plan_entries": 68, "plan_non_stock_entries": 23,
                   "modes": {"fastest": {"tuning_s": 1.8, "pinned_runs_per_step": {"fwd": 53}}}},
         "eager": {"rounds_ms": {"stock": [20.0, 22.0, 21.0], "plan": [19.0, 20.0, 21.0],
-                                "fastest": [18.0, 24.0, 21.0]},
-                  "median_ms": {"stock": 21.0, "plan": 20.0, "fastest": 21.0},
+                                "fastest": [18.0, 24.0, 21.0], "control": [22.0, 22.0, 20.0]},
+                  "median_ms": {"stock": 21.0, "plan": 20.0, "fastest": 21.0, "control": 22.0},
                   "ratio": {"plan": zoo.ratio_summary([20.0, 22.0, 21.0], [19.0, 20.0, 21.0]),
-                            "fastest": zoo.ratio_summary([20.0, 22.0, 21.0], [18.0, 24.0, 21.0])},
+                            "fastest": zoo.ratio_summary([20.0, 22.0, 21.0], [18.0, 24.0, 21.0]),
+                            "control": zoo.ratio_summary([20.0, 22.0, 21.0], [22.0, 22.0, 20.0])},
                   "configs_tuned_in_rounds": 0},
         "host": {"rounds_us": {"stock": [80.0, 82.0], "plan": [70.0, 72.0], "fastest": [75.0, 74.0]},
                  "median_us_per_call": {"stock": 81.0, "plan": 71.0, "fastest": 74.5},
@@ -57,11 +58,16 @@ def write_parts(out: Path, network: str, device: str = GPU, measured: str = "202
                 "energy_j_per_step": {"heuristics": 7.0, "fastest": None},
                 "errors": {"fastest": "CUDA graph capture failed, timed by CUDA events around eager steps: "
                                        "RuntimeError: operation not permitted when stream is capturing"}},
-        "first_step": {"first_step_s": 1.0, "plan_applied_by": "environment", "plan_entries_run": 68},
-        "benchmark": {"benchmark_search_s": 16.0, "second_step_s": 0.02,
-                      "gpu": {"method": {"benchmark": "graph"}, "repeats_ms": {"benchmark": [14.4, 14.6]},
-                              "median_ms": {"benchmark": 14.5}, "energy_j_per_step": {"benchmark": 7.1},
-                              "errors": {}}},
+        "first_step": {"first_step_s": 1.0, "plan_applied_by": "environment", "plan_entries_run": 68,
+                       "plan_build_counts": {"built": 0, "deserialized": 68, "deserialize_failed": 0}},
+        "names_first_step": {"first_step_s": 3.0, "plan_applied_by": "environment", "plan_entries_run": 68,
+                             "plan_build_counts": {"built": 68, "deserialized": 0, "deserialize_failed": 0}},
+        "benchmark": {"benchmark_search_s": 16.0, "second_step_s": 0.02, "plan_pinned_runs_per_step": {"fwd": 53},
+                      "gpu": {"method": {"benchmark": "graph", "plan": "graph"},
+                              "repeats_ms": {"benchmark": [14.4, 14.6], "plan": [12.0, 14.6]},
+                              "median_ms": {"benchmark": 14.5, "plan": 13.3},
+                              "ratio": {"plan": zoo.ratio_summary([14.4, 14.6], [12.0, 14.6])},
+                              "energy_j_per_step": {"benchmark": 7.1, "plan": 6.9}, "errors": {}}},
     }
     for part, data in parts.items():
         if part in skip:
@@ -80,7 +86,7 @@ def test_defaults() -> None:
     s = zoo.settings_from(zoo.build_parser().parse_args([]))
     assert s.networks == tuple(zoo_networks.ZOO)
     assert s.sections == zoo.SECTIONS
-    assert (s.rounds, s.steps) == (10, 10)
+    assert (s.rounds, s.steps) == (16, 6)
     assert s.out == (BENCHMARKS / "results").resolve()
     assert s.budget_s is None and not s.quick
 
@@ -221,7 +227,34 @@ def test_markdown_table(tmp_path: Path) -> None:
     assert "21.00 / 20.00 / 21.00" in row  # eager medians
     assert "1.053 (1.00–1.10)" in row  # stock/plan per round: median (min–max)
     assert "81.0 / 71.0" in row and "14.10 / 14.50 / 13.10" in row and "2.00 / 16.00" in row
-    assert "4.00 / 1.00" in row
+    assert "4.00 / 3.00 / 1.00" in row  # first step: stock / choices alone / with execution plans
+    assert "1.000 (0.91–1.05)" in row  # stock/control: the A/A spread
+    assert "1.100 (1.00–1.20)" in row  # plan vs benchmark, interleaved in the benchmark process
+
+
+def test_report_keeps_the_issue_shape_and_adds_the_detail(tmp_path: Path) -> None:
+    write_parts(tmp_path, "resnet50_amp")
+    net = zoo.merge(tmp_path)["networks"][0]
+    assert set(net["eager_ms"]) == {"stock", "plan", "fastest"}  # the control goes with the detail
+    assert net["eager_control_ms"] == 22.0
+    assert net["gpu_ms_plan_in_benchmark_process"] == 13.3
+    assert net["gpu_speedup_plan_vs_benchmark_same_process"]["median"] == pytest.approx(1.1)
+    assert net["first_step_plan_names_s"] == 3.0
+    assert net["first_step_plan_build_counts"]["plan"]["deserialized"] == 68
+    assert net["first_step_plan_build_counts"]["plan_names"]["built"] == 68
+
+
+def test_choices_only_plan_keeps_choices_and_drops_execution_plans() -> None:
+    tca = pytest.importorskip("torch_cudnn_algo")
+    fwd = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"
+    bwd = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last bwd_data"
+    built = tca.SerializedPlan(b"built plan bytes", "Test GPU", 91900, 13200)
+    plan = tca.Plan({fwd: tca.PlanEntry("eng0_k2=1", time_ms=0.07, execution_plan=built), bwd: tca.PlanEntry(1)})
+    names = zoo.without_execution_plans(plan)
+    assert {str(c): e.choice for c, e in names.entries.items()} == {str(c): e.choice for c, e in plan.entries.items()}
+    assert all(entry.execution_plan is None for entry in names.entries.values())
+    assert plan[fwd].execution_plan is built  # the tuned plan itself is left as it was
+    assert zoo.names_plan_path(Path("/t/resnet50_amp.plan.json")) == Path("/t/resnet50_amp.names.plan.json")
 
 
 def test_merge_only_command(tmp_path: Path) -> None:
