@@ -459,3 +459,94 @@ def test_end_to_end_synthetic_file(tmp_path):
     assert (out / "summary.md").read_text() == done.stdout
     assert "| legacy0 | fwd=0 bwd_data=0 bwd_filter=0 | 1 | 1 | 0 | 0 | 1 | 1 | 1 | 0 |" in done.stdout
     assert "legacy0: test_crash_under_setting crashed: signal 11 (SIGSEGV)" in done.stderr
+
+
+# --------------------------------------------------------------------------- large-tensor tests
+
+SYNTHETIC_LARGE_TESTS = '''\
+import os
+
+
+def largeTensorTest(size, device=None):  # stands in for torch.testing's decorator
+    def decorate(test):
+        return test
+    return decorate
+
+
+def test_small():
+    pass
+
+
+@largeTensorTest("20GB")
+@largeTensorTest("64GB", "cpu")
+def test_large_rounds_differently_under_setting():
+    with open(os.environ["LARGE_TESTS_MARKER"], "a") as marker:  # who ran it, and with whom
+        marker.write(os.environ.get("TORCH_CUDNN_CONV_FWD_ALGO", "stock") + "\\n")
+    if os.environ.get("TORCH_CUDNN_CONV_FWD_ALGO") is not None:
+        import torch
+
+        torch.testing.assert_close(torch.tensor([3.0], dtype=torch.half),
+                                   torch.tensor([3.001953125], dtype=torch.half), atol=1e-3, rtol=1e-4)
+'''
+
+
+def test_large_tensor_tests_are_found_and_selected(tmp_path):
+    test_file = tmp_path / "test_synthetic_large.py"
+    test_file.write_text(SYNTHETIC_LARGE_TESTS)
+    assert up.large_tensor_tests(test_file) == ["test_large_rounds_differently_under_setting"]
+    names = ["test_a", "test_b"]
+    assert up.k_expression("cuda", names, large=True) == "(cuda) and (test_a or test_b)"
+    assert up.k_expression("cuda", names, large=False) == "(cuda) and not (test_a or test_b)"
+    assert up.k_expression("", names, large=False) == "not (test_a or test_b)"
+    assert up.k_expression("cuda", [], large=False) == "cuda"
+
+
+def test_rounding_step_note():
+    assert up.rounding_step_note(0.001953125) == (
+        "max abs diff = 2^-9: one rounding step (ulp) of float16 values in [2, 4), bfloat16 values in "
+        "[0.25, 0.5), float32 values in [16384, 32768)")
+    assert up.rounding_step_note(0.0015) is None
+    assert up.rounding_step_note(float("inf")) is None and up.rounding_step_note(None) is None
+
+
+def test_large_tensor_tests_run_alone_after_the_parallel_phase(tmp_path):
+    test_file = tmp_path / "test_synthetic_large.py"
+    test_file.write_text(SYNTHETIC_LARGE_TESTS)
+    out, marker = tmp_path / "out", tmp_path / "marker.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_CONV_")}
+    env["LARGE_TESTS_MARKER"] = str(marker)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(test_file), "--settings", "legacy0,legacy1", "-j", "3", "-k", "test_",
+         "--no-preflight", "--timeout", "240", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr  # a tolerance miss is numerics, not ours
+    # Run once per run, one after the other, after the parallel phase (stock first).
+    assert marker.read_text().split() == ["stock", "0", "1"]
+    assert "::test_large" not in (out / "stock" / "pytest-1.log").read_text()
+    assert "test_large_rounds_differently_under_setting PASSED" in (out / "large-stock" / "pytest-1.log").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    stock, legacy0, _legacy1 = summary["runs"]
+    assert stock["passed"] == 2 and legacy0["failed"] == 1
+    (regression,) = legacy0["regressions"]
+    assert regression["test"].endswith("test_large_rounds_differently_under_setting")
+    assert regression["class"] == "numerics" and regression["confirmed"]
+    assert "one rounding step (ulp) of float16 values in [2, 4)" in regression["detail"]
+    assert not (out / "rerun-legacy0").exists()  # it ran alone already: not run a third time
+    assert "large-tensor phase: test_large_rounds_differently_under_setting" in done.stderr
+
+
+def test_large_tensor_tests_skip(tmp_path):
+    test_file = tmp_path / "test_synthetic_large.py"
+    test_file.write_text(SYNTHETIC_LARGE_TESTS)
+    out, marker = tmp_path / "out", tmp_path / "marker.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_CONV_")}
+    env["LARGE_TESTS_MARKER"] = str(marker)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(test_file), "--settings", "legacy0", "-k", "test_", "--no-preflight",
+         "--large-tensor-tests", "skip", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not marker.exists()
+    assert json.loads((out / "summary.json").read_text())["runs"][0]["passed"] == 1

@@ -13,7 +13,8 @@ One concern per module, in the order a job uses them:
 - :mod:`.cli`             the command line
 - :mod:`.settings`        settings, their parsing, the child environment; the job's Config
 - :mod:`.preflight`       do the settings' flags read back after ``import torch``
-- :mod:`.runner`          the job: restarts, parallel phase, re-runs alone
+- :mod:`.runner`          the job: restarts, parallel phase, large-tensor tests, re-runs alone
+- :mod:`.large_tests`     which tests are large-tensor tests, and the -k that selects them
 - :mod:`.processes`       starting, watching and killing pytest processes
 - :mod:`.exclude_plugin`  the pytest plugin restarts use to drop exact node ids (a file
                           pytest loads on its own)
@@ -25,8 +26,9 @@ One concern per module, in the order a job uses them:
 
 # main for the script; the rest for tests/test_upstream_runner.py, which reaches the
 # package the way the script loads it.
-from .classification import classify, rerun_candidates, stock_rerun_candidates
+from .classification import classify, rerun_candidates, rounding_step_note, stock_rerun_candidates
 from .cli import main
+from .large_tests import k_expression, large_tensor_tests
 from .outcomes import TestResult, count_outcomes, crash_note, parse_junit, parse_verbose_log
 from .preflight import preflight_problems
 from .settings import DEFAULT_SETTINGS, DIRECTIONS, UsageError, child_environment, parse_setting_spec, select_settings
@@ -41,6 +43,8 @@ __all__ = [
     "classify",
     "count_outcomes",
     "crash_note",
+    "k_expression",
+    "large_tensor_tests",
     "main",
     "parse_junit",
     "parse_setting_spec",
@@ -49,6 +53,7 @@ __all__ = [
     "regression_entry",
     "render_markdown",
     "rerun_candidates",
+    "rounding_step_note",
     "select_settings",
     "stock_rerun_candidates",
 ]

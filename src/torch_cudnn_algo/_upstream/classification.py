@@ -12,6 +12,7 @@ wrong layout or dtype, anything unrecognised -- is *ours* to look at.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping
 
@@ -70,6 +71,28 @@ def _source_lines(text: str) -> list[str]:
     return [line[1:].strip() for line in text.splitlines() if line.startswith(">")]
 
 
+# Explicit mantissa bits: a value in [2**e, 2**(e+1)) has a rounding step (ulp) of 2**(e - bits).
+_MANTISSA_BITS = (("float16", 10), ("bfloat16", 7), ("float32", 23))
+
+
+def _binade(exponent: int) -> str:
+    return f"[{2.0 ** exponent:g}, {2.0 ** (exponent + 1):g})"
+
+
+def rounding_step_note(max_abs: float | None) -> str | None:
+    """Where ``max_abs`` is a power of two: the magnitudes at which it is exactly one
+    rounding step of float16, bfloat16 and float32. A difference of one step is the
+    same result rounded the other way (a different summation order), not a wrong one."""
+    if max_abs is None or not math.isfinite(max_abs) or max_abs <= 0:
+        return None
+    mantissa, exponent = math.frexp(max_abs)  # max_abs = mantissa * 2**exponent, mantissa in [0.5, 1)
+    if mantissa != 0.5:
+        return None
+    step = exponent - 1  # max_abs == 2**step
+    where = ", ".join(f"{name} values in {_binade(step + bits)}" for name, bits in _MANTISSA_BITS)
+    return f"max abs diff = 2^{step}: one rounding step (ulp) of {where}"
+
+
 def _tolerance(message: str, first: str) -> Classification:
     """A tolerance miss, with the greatest absolute and relative differences parsed."""
     abs_match = _search_first(_ABS_DIFFERENCES, message)
@@ -85,6 +108,9 @@ def _tolerance(message: str, first: str) -> Classification:
     mismatched = _MISMATCHED.search(message)
     if mismatched:
         parts.append(f"mismatched {mismatched.group(1).strip()}")
+    step = rounding_step_note(max_abs)
+    if step:
+        parts.append(step)
     return Classification("numerics", "tolerance", ", ".join(parts) or first, max_abs, max_rel, "numerics")
 
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .large_tests import MODES as LARGE_MODES
 from .runner import Runner
 from .settings import Config, Setting, UsageError, select_settings, settings_help_table
 
@@ -55,6 +56,15 @@ how it runs:
   caller's minus every TORCH_CUDNN_CONV_* variable, plus the setting's (and
   TORCH_CUDNN_CONV_ALGO_STRICT=1 with --strict); PYTORCH_TEST_* and everything else
   are inherited unchanged.
+  Large-tensor tests (those FILE decorates with @largeTensorTest: in test_convolution.py
+  test_conv_large*, test_conv_transposed_large, test_conv3d_64bit_indexing and
+  test_depthwise_conv_64bit_indexing) leave the parallel phase and run after it, one
+  pytest process at a time per run (stock, then each setting), each with the whole GPU
+  and host: PyTorch's largeTensorTest then skips one only where the machine lacks the
+  memory it names (test_depthwise_conv_64bit_indexing asks 20 GB of GPU and 64 GB of
+  host memory; an 80 GB GPU with 128 GB of host memory runs them all). Their results
+  count as results alone. --large-tensor-tests skip leaves them out, parallel runs them
+  with the rest (where they mostly skip or fail for want of memory).
   Runs sharing one GPU can fail memory-hungry tests for reasons that are not the
   setting's, so after the parallel phase every test that passed stock and failed (or
   skipped: PyTorch's largeTensorTest checks free memory) under a setting is re-run
@@ -83,7 +93,11 @@ classification of a test that passes stock and fails under a setting:
   numerics          a tolerance miss: "Tensor-likes are not close", "Scalars are not
                     close", "Mismatched elements" (with the greatest absolute and
                     relative differences parsed), a gradcheck "Jacobian mismatch", or
-                    "Backward is not reentrant" (a non-deterministic algorithm)
+                    "Backward is not reentrant" (a non-deterministic algorithm).
+                    Its evidence: the differences, the share of mismatched elements,
+                    and where the greatest absolute difference is a power of two, the
+                    values at which it is one rounding step (ulp) of float16, bfloat16
+                    and float32: a result rounded the other way, not a wrong one
   ours: other       anything else (the first line of the message)
 
 output:
@@ -135,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="interpreter that runs pytest, with torch and this package (default: this one)")
     parser.add_argument("--no-preflight", action="store_true",
                         help="skip checking that each setting's flags read back after `import torch`")
+    parser.add_argument("--large-tensor-tests", choices=LARGE_MODES, default="alone",
+                        help="FILE's @largeTensorTest tests: 'alone' after the parallel phase, one process "
+                             "at a time per run (default), 'skip', or 'parallel' with the rest")
     parser.add_argument("--list-settings", action="store_true", help="print the default settings and exit")
     return parser
 
@@ -158,6 +175,7 @@ def _config(args: argparse.Namespace, settings: Sequence[Setting], extra: Sequen
         strict=args.strict,
         max_restarts=args.max_restarts,
         preflight=not args.no_preflight,
+        large_tensor_tests=args.large_tensor_tests,
     )
 
 

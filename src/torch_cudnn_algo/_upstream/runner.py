@@ -1,4 +1,5 @@
-"""The job: a preflight, the parallel phase, then the re-runs alone, one at a time.
+"""The job: a preflight, the parallel phase, the large-tensor tests one run at a time,
+then the re-runs alone, one at a time.
 
 A logical run is one pytest process over the file (or over given node ids),
 restarted after a crash or a hang without the tests already done and without the
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from .classification import classify, rerun_candidates, stock_rerun_candidates
 from .exclude_plugin import EXCLUDE_VAR
+from .large_tests import k_expression, large_tensor_tests
 from .outcomes import (
     CRASHED, FAILING, FINISHED_EXIT_CODES, PASSED, SKIPPED, TIMEOUT, XFAILED,
     RunResult, TestResult, count_outcomes, crash_note, describe_returncode, last_meaningful_line, parse_junit,
@@ -42,6 +44,8 @@ class Runner:
         self.processes = ChildProcesses(config.timeout, config.test_timeout)
         self._say_lock = threading.Lock()
         self._start = time.monotonic()
+        # Large-tensor tests leave the parallel phase (see large_tests.py) unless asked otherwise.
+        self.large = large_tensor_tests(config.file) if config.large_tensor_tests != "parallel" else []
 
     def say(self, text: str) -> None:
         """A progress line on stderr, stamped with the seconds since the start."""
@@ -57,14 +61,17 @@ class Runner:
         env["PYTHONUNBUFFERED"] = "1"  # so the -v log is complete when a test kills the process
         return env
 
-    def pytest_command(self, targets: Sequence[str] | None, junit: Path, exclude: bool) -> list[str]:
-        """pytest over the file with -k (``targets`` None), or over the given node ids.
-        The empty ini file, --rootdir and --confcutdir keep this repository's and
-        PyTorch's pytest configuration out."""
+    def pytest_command(self, targets: Sequence[str] | None, junit: Path, exclude: bool,
+                       large: bool = False) -> list[str]:
+        """pytest over the file with -k (``targets`` None: the large-tensor tests where
+        ``large``, else all others), or over the given node ids. The empty ini file,
+        --rootdir and --confcutdir keep this repository's and PyTorch's pytest
+        configuration out."""
         c = self.config
         cmd = [c.python, "-m", "pytest", *(targets if targets is not None else [c.file_name])]
-        if targets is None and c.k:
-            cmd += ["-k", c.k]
+        k = k_expression(c.k, self.large, large)
+        if targets is None and k:
+            cmd += ["-k", k]
         cmd += [
             "-p", "no:cacheprovider", "-v", "--color=no", f"--junitxml={junit}",
             "-c", str(self.out / "pytest.ini"), "--rootdir", str(c.rootdir), "--confcutdir", str(c.rootdir),
@@ -73,7 +80,8 @@ class Runner:
             cmd += ["-p", PLUGIN_NAME]
         return cmd + list(c.extra)
 
-    def run_pytest(self, label: str, setting: Setting | None, targets: Sequence[str] | None) -> RunResult:
+    def run_pytest(self, label: str, setting: Setting | None, targets: Sequence[str] | None,
+                   large: bool = False) -> RunResult:
         """One logical run (the file with ``-k``, or the given node ids), restarted
         after a crash or a timeout without the tests already done and the one that died."""
         folder = self.out / label
@@ -97,7 +105,7 @@ class Runner:
                 exclude_file.write_text("".join(t + "\n" for t in sorted(exclude)), encoding="utf-8")
                 env[EXCLUDE_VAR] = str(exclude_file)
                 env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.out / "_plugin"), env.get("PYTHONPATH")]))
-            cmd = self.pytest_command(targets, junit, bool(exclude))
+            cmd = self.pytest_command(targets, junit, bool(exclude), large)
             rc, killed, seconds = self.processes.run(cmd, self.config.rootdir, env, log)
             timed_out = killed is not None
             total += seconds
@@ -182,11 +190,28 @@ class Runner:
                 self.say(f"{run.name}: {self._summary_line(run)}")
         return parallel
 
+    def _large_tensor_phase(self, names: list[str], all_runs: list[Setting | None],
+                            found: JobResults) -> None:
+        """The large-tensor tests, one pytest process at a time per run. They ran alone, so
+        their results are final: they join the run's results and, for a setting, its
+        results alone (no re-run repeats them)."""
+        if self.config.large_tensor_tests != "alone" or not self.large:
+            return
+        self.say(f"large-tensor phase: {', '.join(self.large)}, one run at a time")
+        for name, setting in zip(names, all_runs):
+            run = self.run_pytest(f"large-{name}", setting, None, large=True)
+            self.say(f"large-{name}: {self._summary_line(run)}")
+            found.parallel[name].results.update(run.results)
+            found.large[name] = run
+            if name == "stock":
+                found.stock_final.update(run.results)
+
     def _rerun_stock_alone(self, found: JobResults) -> None:
         """Stock's true result for its failures (and for what it skipped while a setting failed it)."""
         stock = found.parallel["stock"]
         settings_results = (found.parallel[s.name].results for s in self.config.settings)
-        stock_ids = stock_rerun_candidates(stock.results, settings_results)
+        ran_alone = set(found.large["stock"].results) if "stock" in found.large else set()
+        stock_ids = [t for t in stock_rerun_candidates(stock.results, settings_results) if t not in ran_alone]
         found.stock_rerun["tests"] = len(stock_ids)
         if not stock_ids:
             return
@@ -229,15 +254,22 @@ class Runner:
                            {"tests": 0, "passed_alone": [], "still_failing": []}, {})
         self._write_summary(found, "parallel")
 
-        # Serial phase, one pytest process at a time: stock's true result first.
+        # Serial phases, one pytest process at a time: the large-tensor tests, then
+        # stock's true result, then each setting's candidates.
+        self._large_tensor_phase(names, all_runs, found)
         self._rerun_stock_alone(found)
         for setting in self.config.settings:
-            candidates = rerun_candidates(found.stock_final, parallel[setting.name].results)
+            large = found.large.get(setting.name)
+            ran_alone = large.results if large is not None else {}
+            candidates = [t for t in rerun_candidates(found.stock_final, parallel[setting.name].results)
+                          if t not in ran_alone]
             if candidates:
                 self.say(f"{setting.name}: re-running {len(candidates)} tests alone")
-                found.alone[setting.name] = self.run_pytest(f"rerun-{setting.name}", setting, candidates)
+                alone = self.run_pytest(f"rerun-{setting.name}", setting, candidates)
             else:
-                found.alone[setting.name] = RunResult(f"rerun-{setting.name}", {}, 0.0, [])
+                alone = RunResult(f"rerun-{setting.name}", {}, 0.0, [])
+            alone.results.update(ran_alone)
+            found.alone[setting.name] = alone
             self._write_summary(found, "rerun")
 
         summary, markdown = self._write_summary(found, "final")

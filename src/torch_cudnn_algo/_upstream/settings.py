@@ -180,6 +180,7 @@ class Config:
     strict: bool
     max_restarts: int
     preflight: bool
+    large_tensor_tests: str = "alone"  # large_tests.MODES: alone after the parallel phase, skip, parallel
 
     @property
     def rootdir(self) -> Path:

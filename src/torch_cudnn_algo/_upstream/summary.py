@@ -30,6 +30,7 @@ class JobResults:
     stock_final: dict[str, TestResult]  # stock's parallel results, re-run results in place
     stock_rerun: dict  # {"tests": N, "passed_alone": [...], "still_failing": [...]}
     alone: dict[str, RunResult]  # each setting's re-run, by setting name, once done
+    large: dict[str, RunResult] = dataclasses.field(default_factory=dict)  # large-tensor runs, by run name
 
 
 def _json_float(value: float | None) -> float | str | None:
