@@ -550,3 +550,24 @@ def test_large_tensor_tests_skip(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert not marker.exists()
     assert json.loads((out / "summary.json").read_text())["runs"][0]["passed"] == 1
+
+
+def test_plan_settings(tmp_path):
+    plan = tmp_path / "my.plan.json"
+    plan.write_text("{}")
+    (setting,) = up.select_settings("none", (), [f"tuned={plan}"])
+    assert (setting.name, setting.pins, setting.plan) == ("tuned", (), str(plan.resolve()))
+    assert setting.env_vars() == {"TORCH_CUDNN_ALGO_PLAN": str(plan.resolve())}
+    assert setting.describe() == "plan my.plan.json"
+    base = {"TORCH_CUDNN_ALGO_PLAN": "/elsewhere.json", "TORCH_CUDNN_CONV_FWD_ALGO": "1", "PATH": "/bin"}
+    assert up.child_environment(base, None) == {"PATH": "/bin"}  # stock sees no plan
+    assert up.child_environment(base, setting)["TORCH_CUDNN_ALGO_PLAN"] == str(plan.resolve())
+    for bad, words in ((f"stock={plan}", "'stock' is the run"), ("p=", "expected NAME=PATH"),
+                       (f"p={tmp_path / 'none.json'}", "no plan file")):
+        with pytest.raises(up.UsageError, match=words):
+            up.select_settings("none", (), [bad])
+    info = {"extension": True, "flags": dict.fromkeys(up.DIRECTIONS), "plan": None}
+    assert up.preflight_problems(info, setting, False) == [
+        f"tuned: the plan in use after autoload is None, expected {str(plan.resolve())!r}"]
+    assert up.preflight_problems({**info, "plan": str(plan.resolve())}, setting, False) == []
+    assert up.preflight_problems(info, None, False) == []

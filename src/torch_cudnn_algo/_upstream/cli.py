@@ -24,7 +24,8 @@ Run one of PyTorch's own test files (default use: test/nn/test_convolution.py) o
 stock and once per *setting* -- a choice of pinned cuDNN algorithms, passed to each
 pytest run through torch_cudnn_algo's environment variables (TORCH_CUDNN_CONV_FWD_ALGO,
 TORCH_CUDNN_CONV_BWD_DATA_ALGO, TORCH_CUDNN_CONV_BWD_FILTER_ALGO,
-TORCH_CUDNN_CONV_ALGO_STRICT), read by the package's autoload at `import torch` --
+TORCH_CUDNN_CONV_ALGO_STRICT) or a plan file (--plan: TORCH_CUDNN_ALGO_PLAN), read by
+the package's autoload at `import torch` --
 several runs in parallel on one GPU, and report per setting the passed / failed /
 skipped / errors counts and, by name, every test that passes stock and fails under
 the setting."""
@@ -131,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="add a setting, e.g. mine=fwd:4,bwd_data:2,bwd_filter:eng0 (repeatable); "
                              "directions fwd, bwd_data, bwd_filter; values as the flags take them: "
                              "legacy int or name, engine configuration, 'fastest'")
+    parser.add_argument("--plan", metavar="NAME=PATH", action="append", default=[],
+                        help="add a setting that puts a plan file in use (TORCH_CUDNN_ALGO_PLAN=PATH, applied by "
+                             "the autoload), e.g. plan=torch-cudnn-algo-plan.json (repeatable)")
     parser.add_argument("--strict", action="store_true", help="set TORCH_CUDNN_CONV_ALGO_STRICT=1 in every setting")
     parser.add_argument("-k", metavar="EXPR", default=DEFAULT_K, help=f"pytest -k expression (default: {DEFAULT_K!r})")
     parser.add_argument("-j", "--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
@@ -192,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     args = parser.parse_args(argv)
     try:
-        settings = select_settings(args.settings, args.setting)
+        settings = select_settings(args.settings, args.setting, args.plan)
         if args.jobs < 1:
             raise UsageError("-j must be at least 1")
         if args.max_restarts < 0:

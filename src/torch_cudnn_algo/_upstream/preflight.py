@@ -7,6 +7,7 @@ settings would change nothing and every run would be a stock run in disguise.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Mapping
 
@@ -41,6 +42,8 @@ with warnings.catch_warnings(record=True) as caught:
         import torch_cudnn_algo
         info["extension"] = bool(torch_cudnn_algo.is_available())
         info["load_error"] = torch_cudnn_algo.load_error()
+        plan = torch_cudnn_algo.current_plan()
+        info["plan"] = None if plan is None else plan.source
     except Exception as exc:
         info["package_error"] = "%s: %s" % (type(exc).__name__, exc)
 info["warnings"] = [str(w.message) for w in caught if "torch_cudnn_algo" in str(w.message)]
@@ -85,6 +88,10 @@ def preflight_problems(info: Mapping, setting: Setting | None, strict: bool) -> 
         want = expected.get(direction)
         if (None if got is None else str(got)) != want:
             problems.append(f"{name}: conv_{direction}_algo reads {got!r} after autoload, expected {want!r}")
+    plan = setting.plan if setting else None
+    in_use = info.get("plan")
+    if info.get("extension") and (in_use and os.path.realpath(in_use)) != (plan and os.path.realpath(plan)):
+        problems.append(f"{name}: the plan in use after autoload is {info.get('plan')!r}, expected {plan!r}")
     if setting is not None and strict and info.get("strict") is not True:
         problems.append(f"{name}: conv_algo_strict reads {info.get('strict')!r}, expected True")
     problems += [f"{name}: {w}" for w in info.get("warnings", [])]

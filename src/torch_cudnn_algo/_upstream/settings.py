@@ -23,9 +23,10 @@ ENV_VARS = {
     "bwd_filter": "TORCH_CUDNN_CONV_BWD_FILTER_ALGO",
 }
 STRICT_VAR = "TORCH_CUDNN_CONV_ALGO_STRICT"
-# Every variable the package reads starts with this; all are removed from the
+PLAN_VAR = "TORCH_CUDNN_ALGO_PLAN"  # a plan file the autoload puts in use
+# Every variable the package reads starts with one of these; all are removed from the
 # environment of every run, then the setting's own are added.
-ENV_PREFIX = "TORCH_CUDNN_CONV_"
+ENV_PREFIXES = ("TORCH_CUDNN_CONV_", PLAN_VAR)
 
 
 class UsageError(ValueError):
@@ -34,10 +35,12 @@ class UsageError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """A named choice of pinned algorithms: direction -> canonical flag value as text."""
+    """A named choice of pinned algorithms: direction -> canonical flag value as text;
+    or a plan file put in use at ``import torch`` (``plan``, no pins)."""
 
     name: str
     pins: tuple[tuple[str, str], ...]  # in DIRECTIONS order
+    plan: str | None = None  # absolute path of a plan file
 
     @property
     def pin_map(self) -> dict[str, str]:
@@ -45,20 +48,40 @@ class Setting:
 
     def env_vars(self, strict: bool = False) -> dict[str, str]:
         env = {ENV_VARS[direction]: value for direction, value in self.pins}
+        if self.plan is not None:
+            env[PLAN_VAR] = self.plan
         if strict:
             env[STRICT_VAR] = "1"
         return env
 
     def describe(self) -> str:
+        if self.plan is not None:
+            return f"plan {Path(self.plan).name}"
         return " ".join(f"{direction}={value}" for direction, value in self.pins)
 
 
-def make_setting(name: str, pins: Mapping[str, object]) -> Setting:
-    """Validates ``name`` and each direction's value (the package's own parser), canonically."""
+def _check_name(name: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name or ""):
         raise UsageError(f"bad setting name {name!r}: use letters, digits, '_', '.', '-'")
     if name == "stock":
         raise UsageError("'stock' is the run without any pin; choose another setting name")
+
+
+def make_plan_setting(spec: str) -> Setting:
+    """``"NAME=PATH"`` (--plan): a setting that puts the plan file at PATH in use."""
+    name, sep, path = spec.partition("=")
+    name, path = name.strip(), path.strip()
+    if not sep or not path:
+        raise UsageError(f"--plan {spec!r}: expected NAME=PATH")
+    _check_name(name)
+    if not Path(path).is_file():
+        raise UsageError(f"--plan {spec!r}: no plan file at {path}")
+    return Setting(name, (), str(Path(path).resolve()))
+
+
+def make_setting(name: str, pins: Mapping[str, object]) -> Setting:
+    """Validates ``name`` and each direction's value (the package's own parser), canonically."""
+    _check_name(name)
     if not pins:
         raise UsageError(f"setting {name!r} pins no direction")
     canonical = {}
@@ -119,9 +142,9 @@ def parse_setting_spec(spec: str) -> Setting:
     return make_setting(name.strip(), pins)
 
 
-def select_settings(names: str | None, custom: Sequence[str] = ()) -> list[Setting]:
+def select_settings(names: str | None, custom: Sequence[str] = (), plans: Sequence[str] = ()) -> list[Setting]:
     """The default settings named in ``names`` (comma-separated; ``None``: all of
-    them; ``"none"``: none), then the ``--setting`` specs."""
+    them; ``"none"``: none), then the ``--setting`` specs, then the ``--plan`` ones."""
     by_name = {s.name: s for s in DEFAULT_SETTINGS}
     chosen: list[Setting] = []
     if names is None:
@@ -134,10 +157,9 @@ def select_settings(names: str | None, custom: Sequence[str] = ()) -> list[Setti
                 raise UsageError(f"unknown setting {name!r}; the defaults are {', '.join(by_name)}")
             if by_name[name] not in chosen:
                 chosen.append(by_name[name])
-    for spec in custom:
-        setting = parse_setting_spec(spec)
+    for setting in [*map(parse_setting_spec, custom), *map(make_plan_setting, plans)]:
         if any(s.name == setting.name for s in chosen) or setting.name in by_name:
-            raise UsageError(f"--setting {spec!r}: a setting named {setting.name!r} already exists")
+            raise UsageError(f"a setting named {setting.name!r} already exists")
         chosen.append(setting)
     if not chosen:
         raise UsageError("no setting to run: name some with --settings or add one with --setting")
@@ -147,8 +169,8 @@ def select_settings(names: str | None, custom: Sequence[str] = ()) -> list[Setti
 def child_environment(
     base: Mapping[str, str], setting: Setting | None, strict: bool = False
 ) -> dict[str, str]:
-    """``base`` without any ``TORCH_CUDNN_CONV_*`` variable, plus the setting's (none for stock)."""
-    env = {key: value for key, value in base.items() if not key.startswith(ENV_PREFIX)}
+    """``base`` without any ``TORCH_CUDNN_CONV_*`` variable or plan, plus the setting's (none for stock)."""
+    env = {key: value for key, value in base.items() if not key.startswith(ENV_PREFIXES)}
     if setting is not None:
         env.update(setting.env_vars(strict))
     return env
