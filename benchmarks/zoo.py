@@ -46,6 +46,7 @@ goes to stderr; the markdown table also to stdout.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import datetime
 import functools
@@ -389,6 +390,7 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
         "plan_file_bytes": _get(setup, "plan_file_bytes"),
         "plan_entries": _get(setup, "plan_entries"),
         "plan_non_stock_entries": _get(setup, "plan_non_stock_entries"),
+        "plan_execution_plans": _get(setup, "plan_execution_plans"),
         "pinned_runs_per_step": {mode: _get(setup, "modes", mode, "pinned_runs_per_step") for mode in EAGER_MODES},
         "plan_first_step_runs": {key: _get(first, key) for key in ("plan_applied_by", "plan_entries_run",
                                                                    "plan_runs_first_step", "pinned_runs_first_step")},
@@ -971,7 +973,8 @@ def child_main(network: str, settings: Settings, plan_path: Path) -> dict:
     without_execution_plans(plan).save(names_plan_path(plan_path))
     setup = {"workload": workload, "first_step_s": first, "tune_s": tune_s,
              "plan_file_bytes": plan_path.stat().st_size, "plan_entries": len(plan),
-             "plan_non_stock_entries": sum(1 for entry in plan.entries.values() if entry.choice is not None)}
+             "plan_non_stock_entries": sum(1 for entry in plan.entries.values() if entry.choice is not None),
+             "plan_execution_plans": execution_plan_census(plan)}
     progress(f"tune() {tune_s:.2f} s: {len(plan)} configurations, {setup['plan_non_stock_entries']} not stock's; "
              f"plan file {setup['plan_file_bytes']} bytes")
     write_raw(settings, network, "setup", setup, env)
@@ -997,6 +1000,15 @@ def child_main(network: str, settings: Settings, plan_path: Path) -> dict:
             data = {"error": error_text(exc)}
         write_raw(settings, network, section, data, env)
     return {"written": ["setup", *sections]}
+
+
+def execution_plan_census(plan: torch_cudnn_algo.Plan) -> dict:
+    """How many of the plan's entries carry their built execution plan, and why the others
+    do not (reason -> count): what cuDNN would not serialise."""
+    unavailable = collections.Counter(entry.execution_plan_unavailable for entry in plan.entries.values()
+                                      if entry.execution_plan is None and entry.execution_plan_unavailable)
+    return {"carried": sum(1 for entry in plan.entries.values() if entry.execution_plan is not None),
+            "unavailable": dict(unavailable.most_common())}
 
 
 def names_plan_path(plan_path: Path) -> Path:

@@ -338,3 +338,14 @@ def test_torchaudio_builders(name: str) -> None:
     workload = zoo_networks.ZOO[name].build()
     assert workload.example_input.dim() == 3
     assert any(isinstance(m, torch.nn.Conv1d) for m in workload.model.modules())
+
+
+def test_execution_plan_census_counts_what_was_not_serialised() -> None:
+    tca = pytest.importorskip("torch_cudnn_algo")
+    spec = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last "
+    built = tca.SerializedPlan(b"built plan bytes", "Test GPU", 91900, 13200)
+    why = "cuDNN cannot serialise it: runtime-compiled"
+    plan = tca.Plan({spec + "fwd": tca.PlanEntry("eng0_k2=1", execution_plan=built),
+                     spec + "bwd_data": tca.PlanEntry("eng7_k2=1", execution_plan_unavailable=why),
+                     spec + "bwd_filter": tca.PlanEntry("eng7_k2=0", execution_plan_unavailable=why)})
+    assert zoo.execution_plan_census(plan) == {"carried": 1, "unavailable": {why: 2}}
