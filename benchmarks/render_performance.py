@@ -125,29 +125,23 @@ ZOO_COLUMNS = (
     ("GPU ms fastest", lambda n: number(_get(n, "gpu_ms", "fastest"))),
     ("heuristics / fastest", lambda n: ratio_text(_zoo_ratio(n, "gpu_ms", "heuristics", "fastest"))),
     ("benchmark / fastest", lambda n: ratio_text(_zoo_ratio(n, "gpu_ms", "benchmark", "fastest"))),
+    ("benchmark / plan, same process", lambda n: ratio_text(_same_process_ratio(n))),
     ("eager ms stock", lambda n: number(_get(n, "eager_ms", "stock"))),
     ("eager ms plan", lambda n: number(_get(n, "eager_ms", "plan"))),
     ("eager ms fastest", lambda n: number(_get(n, "eager_ms", "fastest"))),
     ("eager stock / plan", lambda n: ratio_text(_zoo_ratio(n, "eager_ms", "stock", "plan"))),
     ("eager stock / fastest", lambda n: ratio_text(_zoo_ratio(n, "eager_ms", "stock", "fastest"))),
+    ("eager stock / stock (A/A)", lambda n: ratio_text(_control_ratio(n))),
     ("host µs/conv call stock", lambda n: number(_get(n, "host_us_per_conv_call", "stock"))),
     ("host µs/conv call plan", lambda n: number(_get(n, "host_us_per_conv_call", "plan"))),
     ("host stock / plan", lambda n: ratio_text(_zoo_ratio(n, "host_us_per_conv_call", "stock", "plan"))),
     ("tune s", lambda n: number(n.get("tune_s"))),
     ("benchmark search s", lambda n: number(n.get("benchmark_search_s"))),
     ("first step s stock", lambda n: number(_get(n, "first_step_s", "stock"))),
+    ("first step s choices only", lambda n: number(n.get("first_step_plan_names_s"))),
     ("first step s plan", lambda n: number(_get(n, "first_step_s", "plan"))),
     ("first step stock / plan", lambda n: ratio_text(_zoo_ratio(n, "first_step_s", "stock", "plan"))),
 )
-# The ratio columns, for the geometric-mean row: header -> (field, stock key, our key).
-ZOO_RATIOS = {
-    "heuristics / fastest": ("gpu_ms", "heuristics", "fastest"),
-    "benchmark / fastest": ("gpu_ms", "benchmark", "fastest"),
-    "eager stock / plan": ("eager_ms", "stock", "plan"),
-    "eager stock / fastest": ("eager_ms", "stock", "fastest"),
-    "host stock / plan": ("host_us_per_conv_call", "stock", "plan"),
-    "first step stock / plan": ("first_step_s", "stock", "plan"),
-}
 
 
 def _get(network: dict, field: str, key: str) -> float | None:
@@ -159,6 +153,29 @@ def _zoo_ratio(network: dict, field: str, stock: str, ours: str) -> float | None
     return ratio(_get(network, field, stock), _get(network, field, ours))
 
 
+def _control_ratio(network: dict) -> float | None:
+    """Stock's eager ms over stock's again (the A/A control): what noise alone gives."""
+    return ratio(_get(network, "eager_ms", "stock"), network.get("eager_control_ms"))
+
+
+def _same_process_ratio(network: dict) -> float | None:
+    """Stock's benchmark picks / the plan's, interleaved in one process: median per repeat."""
+    return _get(network, "gpu_speedup_plan_vs_benchmark_same_process", "median")
+
+
+# The ratio columns, for the geometric-mean row: header -> the ratio of a network.
+ZOO_RATIOS = {
+    "heuristics / fastest": lambda n: _zoo_ratio(n, "gpu_ms", "heuristics", "fastest"),
+    "benchmark / fastest": lambda n: _zoo_ratio(n, "gpu_ms", "benchmark", "fastest"),
+    "benchmark / plan, same process": _same_process_ratio,
+    "eager stock / plan": lambda n: _zoo_ratio(n, "eager_ms", "stock", "plan"),
+    "eager stock / fastest": lambda n: _zoo_ratio(n, "eager_ms", "stock", "fastest"),
+    "eager stock / stock (A/A)": _control_ratio,
+    "host stock / plan": lambda n: _zoo_ratio(n, "host_us_per_conv_call", "stock", "plan"),
+    "first step stock / plan": lambda n: _zoo_ratio(n, "first_step_s", "stock", "plan"),
+}
+
+
 def zoo_lines(data: dict) -> list[str]:
     networks = data.get("networks") or []
     lines = [f"Device {data.get('device', '?')}, torch {data.get('torch', '?')}, cuDNN {cudnn_text(data.get('cudnn'))}, "
@@ -167,7 +184,7 @@ def zoo_lines(data: dict) -> list[str]:
              "`-` = not measured.", ""]
     rows = [[column(n) for _, column in ZOO_COLUMNS] for n in networks]
     if len(networks) > 1:
-        means = {header: geometric_mean(_zoo_ratio(n, *spec) for n in networks) for header, spec in ZOO_RATIOS.items()}
+        means = {header: geometric_mean(of(n) for n in networks) for header, of in ZOO_RATIOS.items()}
         rows.append([("geometric mean" if header == "network" else ratio_text(means[header]) if header in means else "")
                      for header, _ in ZOO_COLUMNS])
     align = [":--" if header == "network" else "--:" for header, _ in ZOO_COLUMNS]
