@@ -359,5 +359,5 @@ def test_energy_note_says_why_energy_is_missing() -> None:
     assert cli._energy_note(on, {"stock": {"energy_j": [1.0]}, "tuned": {"energy_j": [None]}}) == ""
     assert cli._energy_note(on, {"stock": {"energy_j": []}, "tuned": {"energy_j": []}}) == \
         " (n/a: this GPU or driver has no counter)"
-    assert "did not move" in cli._energy_note(on, {"stock": {"energy_j": [None]}, "tuned": {"energy_j": [None]}})
+    assert "did not update often enough" in cli._energy_note(on, {"stock": {"energy_j": [None]}, "tuned": {"energy_j": [None]}})
     assert cli._energy_note(off, {"stock": {"energy_j": []}}) == " (n/a: --no-energy)"

@@ -31,7 +31,12 @@ MEASURES = ("wall_ms", "gpu_ms", "conv_ms", "energy_j")
 _CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
 _WARMUP_STEPS = 3
 _PROFILED_STEPS = 2
-_ENERGY_COUNTER_UPDATES = 2  # NVML's counter moves every ~100 ms on an H100
+# NVML's counter moves every ~100 ms on an H100. energy_per_call's window can be off by one
+# chunk of calls at each end: one step per chunk and 8 updates (~0.8 s, ~40 steps of 20 ms)
+# keep that within a few percent (2 updates with 2-3 steps per chunk spread 0.96-1.43x
+# between rounds of one mode on an H100).
+_ENERGY_COUNTER_UPDATES = 8
+_ENERGY_TIMEOUT_S = 3.0
 
 
 def training_step(model: Callable[..., object], inputs: Sequence[object], amp: torch.dtype | None) -> None:
@@ -98,7 +103,8 @@ def energy_j(step: Callable[[], None], step_ms: float) -> float | None:
     """Joules per eager step over whole NVML counter updates, or None."""
     try:
         return _nvml.energy_per_call(step, torch.cuda.current_device(), step_ms,
-                                     counter_updates=_ENERGY_COUNTER_UPDATES, chunk_ms=50.0, timeout_s=5.0)
+                                     counter_updates=_ENERGY_COUNTER_UPDATES, chunk_ms=step_ms,
+                                     timeout_s=_ENERGY_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - energy is detail: without it, "n/a"
         return None
 
@@ -117,7 +123,7 @@ def measure_modes(
     after entering a mode is never timed (it selects again). Wall rounds come
     first, then profiled rounds (so the profiler never runs between wall
     timings), then energy rounds; ``energy_j`` is empty where NVML has no counter
-    (or ``energy`` is False) and holds None for a round whose counter did not move.
+    (or ``energy`` is False) and holds None for a round whose counter did not update in time.
     """
     times: dict[str, dict[str, list[float | None]]] = {mode: {m: [] for m in MEASURES} for mode in modes}
     for enter in modes.values():

@@ -350,7 +350,7 @@ def _energy_note(args: argparse.Namespace, times: Mapping[str, Mapping[str, Sequ
     if not measured:
         return " (n/a: this GPU or driver has no counter)"
     if all(v is None for v in measured):
-        return " (n/a: the counter did not move in time)"
+        return " (n/a: the counter did not update often enough to measure)"
     return ""
 
 
@@ -472,7 +472,7 @@ def workload_arguments(parser: argparse.ArgumentParser) -> None:
                         "heuristics and the tuned plan alternate within each")
     parser.add_argument("--steps", type=int, default=20, help="training steps per wall-time round (default 20)")
     parser.add_argument("--energy", action=argparse.BooleanOptionalAction, default=True,
-                        help="NVML energy per step, where the GPU has the counter (default: on; about 0.3 s "
+                        help="NVML energy per step, where the GPU has the counter (default: on; about 1 s "
                              "per mode and round)")
 
 
