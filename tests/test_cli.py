@@ -3,6 +3,8 @@ exit status 2 with one line for GPU commands on a machine without a GPU."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import shutil
@@ -14,7 +16,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import Plan, cli
+from torch_cudnn_algo import Plan, _benchmark_child, cli
 
 CONV = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"
 NO_GPU = not torch.cuda.is_available()
@@ -143,3 +145,219 @@ def test_default_outputs_are_ignored_in_a_checkout(tmp_path: Path) -> None:
     shutil.copy(gitignore, tmp_path / ".gitignore")
     done = subprocess.run(["git", "check-ignore", "-q", cli.DEFAULT_PLAN_PATH], cwd=tmp_path, timeout=60)
     assert done.returncode == 0, f"{cli.DEFAULT_PLAN_PATH} is not ignored by .gitignore"
+
+
+# -- tune: the benchmark=True child, its protocol, the summary (CPU, fake numbers) ----------
+
+def tune_args(*argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["tune", *argv])
+
+
+def fake_times(wall: list[float], gpu: list[float], conv: list[float], energy: list[float | None]) -> dict:
+    return {"wall_ms": wall, "gpu_ms": gpu, "conv_ms": conv, "energy_j": energy}
+
+
+def test_tune_options_for_the_benchmark_baseline_seed_and_energy() -> None:
+    args = tune_args()
+    assert (args.seed, args.energy, args.benchmark_baseline, args.benchmark_timeout) == (0, True, True, 900.0)
+    args = tune_args("--seed", "3", "--no-energy", "--no-benchmark-baseline", "--benchmark-timeout", "60")
+    assert (args.seed, args.energy, args.benchmark_baseline, args.benchmark_timeout) == (3, False, False, 60.0)
+
+
+def test_tune_help_documents_the_comparison(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["tune", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for needle in ("--no-benchmark-baseline", "--benchmark-timeout", "--seed", "--energy", "fresh process",
+                   "stock heuristics", "benchmark=True", "depthwise", "grouped", "energy", "n/a"):
+        assert needle in out, needle
+
+
+def test_non_positive_benchmark_timeout_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["tune", "--benchmark-timeout", "0"]) == 2
+    assert "--benchmark-timeout must be >= 1" in capsys.readouterr().err
+
+
+def test_child_gets_the_same_workload_and_timing() -> None:
+    args = tune_args("mymodels:make", "--batch", "8", "--image-size", "96", "--amp", "bf16", "--seed", "5",
+                     "--rounds", "3", "--steps", "4", "--no-energy", "--policy", "least_workspace")
+    command = _benchmark_child.child_command(args)
+    assert command[:3] == [sys.executable, "-m", "torch_cudnn_algo._benchmark_child"]
+    child = _benchmark_child.build_parser().parse_args(command[3:])
+    for name in ("model", "batch", "image_size", "amp", "seed", "rounds", "steps", "energy"):
+        assert getattr(child, name) == getattr(args, name), name
+    default = _benchmark_child.build_parser().parse_args(_benchmark_child.child_arguments(tune_args()))
+    assert default.model is None and default.energy is True
+
+
+def test_child_environment_drops_what_pins_algorithms_or_applies_a_plan() -> None:
+    env = {"PATH": "/bin", "TORCH_CUDNN_CONV_FWD_ALGO": "1", "TORCH_CUDNN_CONV_ALGO_STRICT": "1",
+           "TORCH_CUDNN_ALGO_PLAN": "plan.json", "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT": "100"}
+    assert _benchmark_child.child_environment(env) == {"PATH": "/bin", "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT": "100"}
+
+
+GOOD_RESULT = {"first_step_s": 12.5, "second_step_s": 0.03, "wall_ms": [20.0, 21.0], "gpu_ms": [13.0, 13.1],
+               "conv_ms": [5.0, 5.1], "energy_j": [4.0, None]}
+
+
+def test_child_result_is_found_among_other_output() -> None:
+    stdout = "\n".join(["a model printing to stdout", _benchmark_child.RESULT_PREFIX + json.dumps({"error": "old"}),
+                        _benchmark_child.RESULT_PREFIX + json.dumps(GOOD_RESULT), "trailing noise"])
+    assert _benchmark_child.parse_result(stdout) == GOOD_RESULT
+
+
+@pytest.mark.parametrize("stdout, message", [
+    ("", "printed no result line"),
+    ("Segmentation fault\n", "printed no result line"),
+    (_benchmark_child.RESULT_PREFIX + "{not json", "not JSON"),
+    (_benchmark_child.RESULT_PREFIX + "[1, 2]", "a JSON list, not an object"),
+    (_benchmark_child.RESULT_PREFIX + json.dumps({"error": "CUDA out of memory"}), "CUDA out of memory"),
+    (_benchmark_child.RESULT_PREFIX + json.dumps({**GOOD_RESULT, "first_step_s": "slow"}), "'first_step_s'"),
+    (_benchmark_child.RESULT_PREFIX + json.dumps({**GOOD_RESULT, "wall_ms": []}), "'wall_ms' is empty"),
+    (_benchmark_child.RESULT_PREFIX + json.dumps({**GOOD_RESULT, "gpu_ms": [1.0, None]}), "not a number"),
+    (_benchmark_child.RESULT_PREFIX + json.dumps({**GOOD_RESULT, "conv_ms": [float("nan")]}), "not a number"),
+    (_benchmark_child.RESULT_PREFIX + json.dumps({k: v for k, v in GOOD_RESULT.items() if k != "energy_j"}),
+     "no list 'energy_j'"),
+])
+def test_unusable_child_output_is_one_clear_error(stdout: str, message: str) -> None:
+    with pytest.raises(_benchmark_child.BenchmarkChildError, match=re.escape(message)):
+        _benchmark_child.parse_result(stdout)
+
+
+def fake_child(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    monkeypatch.setattr(_benchmark_child, "child_command", lambda _args: [sys.executable, "-c", code])
+
+
+def test_failing_child_reports_its_status_and_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_child(monkeypatch, "import sys; print('garbage'); sys.stderr.write('line 1\\nRuntimeError: boom\\n'); "
+                            "sys.exit(3)")
+    with pytest.raises(_benchmark_child.BenchmarkChildError) as info:
+        _benchmark_child.run_child(tune_args(), 60)
+    text = str(info.value)
+    assert text.startswith("exit status 3; it printed no result line; its stderr ended:")
+    assert "RuntimeError: boom" in text
+
+
+def test_child_that_hangs_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_child(monkeypatch, "import time; time.sleep(60)")
+    with pytest.raises(_benchmark_child.BenchmarkChildError, match=r"timed out after 1 s \(--benchmark-timeout\)"):
+        _benchmark_child.run_child(tune_args(), 1)
+
+
+def test_child_result_comes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    line = _benchmark_child.RESULT_PREFIX + json.dumps(GOOD_RESULT)
+    fake_child(monkeypatch, f"print('hello'); print({line!r})")
+    assert _benchmark_child.run_child(tune_args(), 60) == GOOD_RESULT
+
+
+def test_benchmark_row_from_a_failed_child_lets_the_command_go_on(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    fake_child(monkeypatch, "print('not a result')")
+    row = cli._benchmark_row(tune_args())
+    assert row.times is None and row.failure == "failed: it printed no result line"
+    assert "stock benchmark=True (fresh process): failed, the other rows stand: it printed no result line" in \
+        capsys.readouterr().out
+    skipped = cli._benchmark_row(tune_args("--no-benchmark-baseline"))
+    assert skipped.times is None and "--no-benchmark-baseline" in skipped.failure
+
+
+def test_benchmark_row_from_a_good_child(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake_child(monkeypatch, f"print({_benchmark_child.RESULT_PREFIX + json.dumps(GOOD_RESULT)!r})")
+    row = cli._benchmark_row(tune_args())
+    assert row.failure is None and row.decide_s == 12.5 and row.times["wall_ms"] == [20.0, 21.0]
+    assert "first step (the search) 12.5 s" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not NO_GPU, reason="checks the behaviour without a GPU")
+def test_child_without_a_gpu_prints_an_error_result() -> None:
+    result = subprocess.run([sys.executable, "-m", "torch_cudnn_algo._benchmark_child", "--rounds", "1"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    with pytest.raises(_benchmark_child.BenchmarkChildError, match="needs a CUDA GPU"):
+        _benchmark_child.parse_result(result.stdout)
+
+
+def test_child_main_reports_an_exception_as_its_result(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    def fail(_args: argparse.Namespace) -> dict:
+        raise RuntimeError("cuDNN said no")
+
+    monkeypatch.setattr(_benchmark_child, "measure", fail)
+    assert _benchmark_child.main(["--rounds", "1"]) == 1
+    with pytest.raises(_benchmark_child.BenchmarkChildError, match="RuntimeError: cuDNN said no"):
+        _benchmark_child.parse_result(capsys.readouterr().out)
+
+
+def test_child_refuses_to_measure_with_an_algorithm_pinned() -> None:
+    assert _benchmark_child._pinned() == []
+    torch.backends.cudnn.conv_bwd_filter_algo = 1
+    assert _benchmark_child._pinned() == ["torch.backends.cudnn.conv_bwd_filter_algo = 1"]
+
+
+def test_stock_mode_sets_flags_and_plan_aside_and_restores_them() -> None:
+    torch.backends.cudnn.conv_fwd_algo = 1
+    plan = Plan({CONV: "eng0"}, policy="fastest")
+    torch_cudnn_algo.use_plan(plan)
+    with cli._stock():
+        assert torch.backends.cudnn.conv_fwd_algo is None and torch_cudnn_algo.current_plan() is None
+    assert torch.backends.cudnn.conv_fwd_algo == 1 and torch_cudnn_algo.current_plan() is plan
+
+
+def summary_rows() -> tuple[cli.StepRow, cli.StepRow, cli.StepRow]:
+    stock = cli.StepRow("stock heuristics", fake_times([22.0, 20.0, 21.0], [14.0, 14.0, 14.2], [5.0, 5.0, 5.0],
+                                                       [4.4, 4.0, None]))
+    bench = cli.StepRow(cli.BENCHMARK_LABEL, fake_times([21.0, 21.5, 20.5], [13.8, 13.8, 13.8], [4.8, 4.8, 4.8],
+                                                        [4.2, 4.2, 4.2]), 16.0, "first step")
+    tuned = cli.StepRow("tuned plan (fastest)", fake_times([20.0, 20.0, 20.0], [14.0, 12.5, 14.2], [4.0, 4.0, 4.0],
+                                                           [4.0, 4.0, 4.0]), 2.0, "tune()")
+    return stock, bench, tuned
+
+
+def test_summary_table_with_fake_numbers() -> None:
+    text = cli.format_summary(*summary_rows(), rounds=3, steps=20)
+    lines = text.splitlines()
+    assert lines[0] == "training step (forward + backward), 3 rounds per mode:"
+    header = lines[1].split()
+    assert header[:3] == ["mode", "wall", "ms/step"] and "J/step" in header and "decide" in header
+    row = next(line for line in lines if line.startswith("  stock heuristics "))
+    assert row.split()[2:] == ["21.00", "(20.00-22.00)", "14.00", "(14.00-14.20)", "5.00", "4.200", "-"]
+    row = next(line for line in lines if line.startswith(f"  {cli.BENCHMARK_LABEL} "))
+    assert row.split()[4:] == ["21.00", "(20.50-21.50)", "13.80", "(13.80-13.80)", "4.80", "4.200", "16.0",
+                               "(first", "step)"]
+    row = next(line for line in lines if line.startswith("  tuned plan (fastest) "))
+    assert row.split()[3:] == ["20.00", "(20.00-20.00)", "14.00", "(12.50-14.20)", "4.00", "4.000", "2.0", "(tune())"]
+    # vs stock heuristics: per-round ratios (same rounds); vs benchmark=True: ratios of medians.
+    row = next(line for line in lines if line.startswith("  stock heuristics (per round) "))
+    assert row.split()[4:] == ["1.050", "(1.000-1.100)", "1.000", "(1.000-1.120)", "1.250", "(1.250-1.250)",
+                               "1.050", "(1.000-1.100)", "-"]
+    row = next(line for line in lines if line.startswith("  stock benchmark=True (medians) "))
+    assert row.split()[3:] == ["1.050", "0.986", "1.200", "1.050", "8.0"]
+    assert "benchmark=True row comes from another process" in " ".join(lines)
+    assert "python -m torch_cudnn_algo._benchmark_child" in text
+    # Rows line up: every cell of a full row ends in the same column as its header's.
+    table = [line for line in lines[1:6]]
+    assert len({len(line) for line in table[2:]}) == 1
+
+
+def test_summary_without_benchmark_or_energy() -> None:
+    stock, _, tuned = summary_rows()
+    stock = cli.StepRow(stock.label, {**stock.times, "energy_j": []})
+    tuned = cli.StepRow(tuned.label, {**tuned.times, "energy_j": []}, 2.0, "tune()")
+    failed = cli.StepRow(cli.BENCHMARK_LABEL, failure="failed: timed out after 900 s (--benchmark-timeout)")
+    text = cli.format_summary(stock, failed, tuned, rounds=3, steps=20,
+                              energy_note=" (n/a: this GPU or driver has no counter)")
+    lines = text.splitlines()
+    assert f"  {cli.BENCHMARK_LABEL}   failed: timed out after 900 s (--benchmark-timeout)" in lines
+    assert "  stock benchmark=True (medians)   failed: timed out after 900 s (--benchmark-timeout)" in lines
+    row = next(line for line in lines if line.startswith("  stock heuristics "))
+    assert row.split()[-2:] == ["n/a", "-"]
+    assert "(n/a: this GPU or driver has no counter)" in " ".join(lines)
+
+
+def test_energy_note_says_why_energy_is_missing() -> None:
+    on, off = tune_args(), tune_args("--no-energy")
+    assert cli._energy_note(on, {"stock": {"energy_j": [1.0]}, "tuned": {"energy_j": [None]}}) == ""
+    assert cli._energy_note(on, {"stock": {"energy_j": []}, "tuned": {"energy_j": []}}) == \
+        " (n/a: this GPU or driver has no counter)"
+    assert "did not update often enough" in cli._energy_note(on, {"stock": {"energy_j": [None]}, "tuned": {"energy_j": [None]}})
+    assert cli._energy_note(off, {"stock": {"energy_j": []}}) == " (n/a: --no-energy)"

@@ -30,7 +30,7 @@ def test_every_rank_runs_the_plan_rank_zero_tuned(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "result.json").read_text())
     assert report["world_size"] == 2
     assert report["identical_choices"] and report["every_entry_ran_on_every_rank"]
-    assert report["configurations"] >= 40  # ResNet-50's convolutions in three directions
+    assert report["configurations"] >= 40  # the default network: 26 distinct convolutions, three directions
     assert {r["device"] for r in report["ranks"]} == {0, 1}
     losses = [r["losses"] for r in report["ranks"]]
     assert losses[0] == pytest.approx(losses[1], rel=1e-3)  # DDP keeps the replicas in step

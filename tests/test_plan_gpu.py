@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,13 +46,19 @@ def test_tune_command_prints_choices_and_step_times_and_writes_the_plan(tuned_pl
     assert plan.policy == "fastest" and plan.gpu == torch.cuda.get_device_name()
     directions = {conv.direction for conv in plan}
     assert directions == {"fwd", "bwd_data", "bwd_filter"}
-    # ResNet-50's 53 convolutions are 20 distinct configurations per direction (a few fewer for bwd_data).
+    # The default network's 41 convolutions are 26 distinct configurations per direction (fewer for bwd_data).
     assert len([c for c in plan if c.direction == "fwd"]) >= 15
     for conv in plan:
         assert f"{conv}" in out
-    assert "speedup (stock/tuned, per round)" in out and "plan written to" in out
-    for line in ("  wall ", "  GPU kernels ", "  conv kernels "):
-        assert line in out
+    assert "plan written to" in out
+    # The summary: stock heuristics, stock benchmark=True from a fresh child process, the tuned plan,
+    # then the plan's ratios to each; every row has numbers (the child did not fail).
+    lines = out.splitlines()
+    for label in ("stock heuristics", "stock benchmark=True (fresh process)", "tuned plan (fastest)",
+                  "stock heuristics (per round)", "stock benchmark=True (medians)"):
+        (row,) = [line for line in lines if line.startswith(f"  {label}   ")]
+        assert re.match(r"\d+\.\d+ ", row[len(label) + 2:].lstrip()), row
+    assert "benchmark=True row comes from another process" in out
 
 
 def probe(path: Path) -> dict:

@@ -12,16 +12,19 @@ there is none.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import importlib
 import os
 import statistics
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from . import _build
+from . import _benchmark_child, _build, _step_timing
 
 EXIT_NO_GPU = 2
 DEFAULT_PLAN_PATH = "torch-cudnn-algo-plan.json"
@@ -163,78 +166,199 @@ def _default_model(args: argparse.Namespace) -> tuple[torch.nn.Module, tuple[obj
     return model, (default_example_inputs(args.batch, args.image_size, "cuda"),)
 
 
-_AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}
+def build_workload(args: argparse.Namespace) -> tuple[torch.nn.Module, tuple[object, ...]]:
+    """The model and example inputs of ``args`` (``model``, ``batch``, ``image_size``), the
+    global RNG seeded with ``seed`` first: the tune command and its benchmark child build the
+    same weights."""
+    torch.manual_seed(args.seed)
+    return _user_model(args.model) if args.model else _default_model(args)
 
 
-def _training_step(model: Callable[..., object], inputs: Sequence[object], amp: torch.dtype | None) -> None:
-    from torch_cudnn_algo._tune import _default_loss
+AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}
 
-    with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
-        loss = _default_loss(model(*inputs))
-    loss.backward()
+DEFAULT_NET_TEXT = ("default network (mixed CNN: ResNet stem and 3x3/1x1 bottlenecks, ResNeXt grouped 3x3, "
+                    "inverted residuals with depthwise 3x3/5x5 and squeeze-excite)")
+BENCHMARK_LABEL = "stock benchmark=True (fresh process)"
+BENCHMARK_MODULE = _benchmark_child.MODULE
+TUNE_DESCRIPTION = """\
+Tunes every cuDNN convolution configuration one training step (forward and
+backward) of the model runs, prints each choice, writes the plan, and compares
+the training step three ways:
 
+  stock heuristics                       this process, torch.backends.cudnn.benchmark=False
+  stock benchmark=True (fresh process)   a child process (python -m torch_cudnn_algo._benchmark_child)
+                                         with the same model, inputs, autocast and seed; stock shares
+                                         one plan cache between its two modes, so benchmark=True is
+                                         only a search in a process that never ran these convolutions
+  tuned plan                             this process, the plan in use; it alternates with stock
+                                         heuristics round by round
 
-_CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
+per step: wall ms (median, min-max over --rounds rounds of --steps eager steps),
+GPU ms (kernel time of 2 steps under torch.profiler), the convolutions' share of
+it, energy in joules (NVML, where the GPU has the counter, else n/a) and the
+seconds each took to decide (tune() vs benchmark=True's first step); then the
+tuned plan's ratios to each stock mode. A failed benchmark child is reported
+and the rest stands.
 
-
-def _wall_ms(step: Callable[[], None], steps: int) -> float:
-    """Wall time per step: what a host-bound eager step costs."""
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - started) * 1e3 / steps
-
-
-def _kernel_ms(step: Callable[[], None], steps: int) -> tuple[float, float]:
-    """(all kernels, convolution ops' kernels) GPU ms per step, from torch.profiler:
-    GPU time without the host's launch gaps, which wall time on a host-bound step hides."""
-    from torch.autograd import DeviceType
-
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as profiler:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    kernels_us = sum(e.time_range.elapsed_us() for e in profiler.events() if e.device_type == DeviceType.CUDA)
-    conv_us = sum(a.device_time_total for a in profiler.key_averages() if a.key in _CONV_OPS)
-    return kernels_us / 1e3 / steps, conv_us / 1e3 / steps
+Without a model: an embedded mixed CNN (ResNet stem and 3x3/1x1 bottlenecks,
+ResNeXt grouped 3x3 with 32 groups, inverted residuals with depthwise 3x3/5x5
+and squeeze-excite; random weights) at --batch and --image-size, channels_last.
+"""
 
 
-def _compare_steps(step: Callable[[], None], plan, rounds: int, steps: int) -> dict[str, list[float]]:
-    """Stock and the plan, interleaved round by round in this process on the same
-    inputs: wall ms per step first, then (in rounds of their own, so the profiler
-    never runs between wall timings) profiled GPU kernel ms per step."""
+@dataclasses.dataclass
+class StepRow:
+    """One row of the summary: a mode's per-round measurements (``_step_timing.MEASURES``),
+    the seconds it took to decide its algorithms, or why it has no numbers."""
+
+    label: str
+    times: Mapping[str, Sequence[float | None]] | None = None
+    decide_s: float | None = None
+    decide_what: str = ""
+    failure: str | None = None
+
+
+def _values(row: StepRow, measure: str) -> list[float]:
+    return [v for v in (row.times or {}).get(measure, ()) if v is not None]
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _spread(values: Sequence[float], digits: int) -> str:
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def _ratio(stock: float | None, tuned: float | None) -> float | None:
+    return stock / tuned if stock is not None and tuned else None
+
+
+def _paired_ratios(stock: StepRow, tuned: StepRow, measure: str) -> list[float]:
+    """Per-round stock/tuned ratios of two modes timed in the same rounds."""
+    pairs = zip((stock.times or {}).get(measure, ()), (tuned.times or {}).get(measure, ()))
+    return [s / t for s, t in pairs if s is not None and t]
+
+
+def _num(value: float | None, digits: int, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned first column, right-aligned others; a row of two cells is a label and a
+    message that runs across the other columns."""
+    full = [row for row in rows if len(row) > 2]
+    widths = [max(len(row[i]) for row in full) for i in range(len(full[0]))]
+    widths[0] = max(len(row[0]) for row in rows)
+    lines = []
+    for row in rows:
+        if len(row) == 2:
+            lines.append(f"  {row[0].ljust(widths[0])}   {row[1]}")
+        else:
+            cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+            lines.append("  " + "   ".join(cells).rstrip())
+    return lines
+
+
+_RATIO_MEASURES = (("wall_ms", "wall"), ("gpu_ms", "GPU"), ("conv_ms", "conv GPU"), ("energy_j", "energy"))
+
+
+def format_summary(heuristics: StepRow, benchmark: StepRow, tuned: StepRow, *, rounds: int, steps: int,
+                   energy_note: str = "") -> str:
+    """The tune command's summary: one row per mode (stock heuristics, stock benchmark=True
+    from another process, the tuned plan), then the tuned plan's ratios to each stock mode."""
+    rows: list[Sequence[str]] = [("mode", "wall ms/step", "GPU ms/step", "conv GPU ms", "J/step", "decide s"),
+                                 ("", "median (min-max)", "median (min-max)", "median", "median", "")]
+    for row in (heuristics, benchmark, tuned):
+        if row.times is None:
+            rows.append((row.label, row.failure or "not measured"))
+            continue
+        decide = "-" if row.decide_s is None else f"{row.decide_s:.1f} ({row.decide_what})"
+        rows.append((row.label, _spread(_values(row, "wall_ms"), 2), _spread(_values(row, "gpu_ms"), 2),
+                     _num(_median(_values(row, "conv_ms")), 2), _num(_median(_values(row, "energy_j")), 3),
+                     decide))
+    ratios: list[Sequence[str]] = [("tuned plan vs", *(name for _, name in _RATIO_MEASURES), "decide")]
+    if heuristics.times is not None and tuned.times is not None:
+        ratios.append(("stock heuristics (per round)", *(_spread(_paired_ratios(heuristics, tuned, measure), 3)
+                                             for measure, _ in _RATIO_MEASURES), "-"))
+    else:
+        ratios.append(("stock heuristics (per round)", heuristics.failure or tuned.failure or "not measured"))
+    if benchmark.times is not None and tuned.times is not None:
+        decide = (f"{benchmark.decide_s / tuned.decide_s:.1f}" if benchmark.decide_s is not None and tuned.decide_s
+                  else "n/a")
+        ratios.append(("stock benchmark=True (medians)", *(_num(_ratio(_median(_values(benchmark, measure)),
+                                                             _median(_values(tuned, measure))), 3)
+                                                           for measure, _ in _RATIO_MEASURES), decide))
+    else:
+        ratios.append(("stock benchmark=True (medians)", benchmark.failure or tuned.failure or "not measured"))
+    notes = [
+        f"wall: {steps} eager steps per round. GPU: every kernel's duration summed over 2 steps under "
+        "torch.profiler (no launch gaps); conv GPU: the convolution ops' kernels alone. J/step: NVML's energy "
+        f"counter over whole eager steps{energy_note}. decide s: tune() for the tuned plan (its recording pass, a "
+        "first step on stock's heuristics, included); the first step for benchmark=True (its search and plan "
+        "builds).",
+        f"The benchmark=True row comes from another process (python -m {BENCHMARK_MODULE}): stock shares one plan "
+        "cache between benchmark=True and its heuristics, so benchmark=True searches only in a process that never "
+        "ran these convolutions. Its rounds did not alternate with the other two rows', so the tuned plan is "
+        "compared with it by medians, and with stock heuristics by per-round ratios.",
+    ]
+    lines = [f"training step (forward + backward), {rounds} rounds per mode:", *_table(rows),
+             "ratios, stock's / tuned's (above 1: the tuned plan is faster, uses less energy, decides sooner):",
+             *_table(ratios)]
+    lines += [textwrap.fill(note, width=110) for note in notes]
+    return "\n".join(lines)
+
+
+def _benchmark_row(args: argparse.Namespace) -> StepRow:
+    """Stock benchmark=True from the child process, or a row saying why there is none."""
+    if not args.benchmark_baseline:
+        return StepRow(BENCHMARK_LABEL, failure="skipped (--no-benchmark-baseline)")
+    print(f"{BENCHMARK_LABEL}: measuring in a child process (python -m {_benchmark_child.MODULE}, "
+          f"timeout {args.benchmark_timeout:.0f} s) ...", flush=True)
+    torch.cuda.empty_cache()  # the child's memory: what this process cached and no longer uses
+    try:
+        result = _benchmark_child.run_child(args, args.benchmark_timeout)
+    except _benchmark_child.BenchmarkChildError as exc:
+        print(f"{BENCHMARK_LABEL}: failed, the other rows stand: {exc}", flush=True)
+        return StepRow(BENCHMARK_LABEL, failure=f"failed: {str(exc).splitlines()[0]}")
+    print(f"{BENCHMARK_LABEL}: first step (the search) {result['first_step_s']:.1f} s, "
+          f"second step {float(result.get('second_step_s') or 0.0) * 1e3:.0f} ms", flush=True)
+    return StepRow(BENCHMARK_LABEL, {m: result.get(m, []) for m in _step_timing.MEASURES},
+                   decide_s=float(result["first_step_s"]), decide_what="first step")
+
+
+_ALGO_FLAGS = ("conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo")
+
+
+@contextlib.contextmanager
+def _stock() -> Iterator[None]:
+    """Stock PyTorch: no plan and no algorithm flag (one set from the environment included,
+    as the benchmark child has none)."""
     import torch_cudnn_algo
 
-    modes = (("stock", None), ("tuned", plan))
-    times: dict[str, list[float]] = {f"{mode} {what}": [] for mode, _ in modes for what in ("wall", "gpu", "conv")}
-    for _name, chosen in modes:  # warm both: plans built, caches filled
-        with torch_cudnn_algo.use_plan(chosen):
-            for _ in range(3):
-                step()
-    for _ in range(rounds):
-        for name, chosen in modes:
-            with torch_cudnn_algo.use_plan(chosen):
-                step()  # the first call after switching selects again: not timed
-                times[f"{name} wall"].append(_wall_ms(step, steps))
-    _kernel_ms(step, 1)  # the profiler's first use initialises CUPTI: in no round
-    for _ in range(rounds):
-        for name, chosen in modes:
-            with torch_cudnn_algo.use_plan(chosen):
-                step()
-                gpu, conv = _kernel_ms(step, 2)
-            times[f"{name} gpu"].append(gpu)
-            times[f"{name} conv"].append(conv)
-    return times
+    with torch_cudnn_algo.use_plan(None), torch_cudnn_algo.flags(**dict.fromkeys(_ALGO_FLAGS)):
+        yield
 
 
-def _ratio_line(label: str, stock: list[float], tuned: list[float]) -> str:
-    ratios = [s / t for s, t in zip(stock, tuned)]
-    return (f"  {label:<12} stock {statistics.median(stock):8.2f} ms   tuned {statistics.median(tuned):8.2f} ms   "
-            f"speedup (stock/tuned, per round) min {min(ratios):.3f}  median {statistics.median(ratios):.3f}  "
-            f"max {max(ratios):.3f}")
+def _energy_note(args: argparse.Namespace, times: Mapping[str, Mapping[str, Sequence[float | None]]]) -> str:
+    """Why the energy column says n/a, where it does."""
+    measured = [v for mode in times.values() for v in mode.get("energy_j", ())]
+    if not args.energy:
+        return " (n/a: --no-energy)"
+    if not measured:
+        return " (n/a: this GPU or driver has no counter)"
+    if all(v is None for v in measured):
+        return " (n/a: the counter did not update often enough to measure)"
+    return ""
+
+
+def _census_text(model: torch.nn.Module) -> str:
+    from torch_cudnn_algo._default_net import conv_census
+
+    census = conv_census(model)
+    return f"{sum(census.values())} convolutions: " + ", ".join(f"{count} {kind}" for kind, count in census.items())
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -242,40 +366,45 @@ def _tune(args: argparse.Namespace) -> int:
 
     _require_gpu("tune")
     directions = tuple(args.directions.split(","))
-    model, inputs = _user_model(args.model) if args.model else _default_model(args)
-    amp = _AMP_DTYPES[args.amp]
-    what = args.model or (f"default ResNet-50-style network, batch {args.batch}, "
-                          f"{args.image_size}x{args.image_size}, channels_last")
-    print(f"model: {what}; autocast {args.amp}; policy {args.policy}; directions {', '.join(directions)}")
+    model, inputs = build_workload(args)
+    amp = AMP_DTYPES[args.amp]
+    what = args.model or (f"{DEFAULT_NET_TEXT}, batch {args.batch}, {args.image_size}x{args.image_size}, "
+                          f"channels_last; {_census_text(model)}")
+    print(f"model: {what}; autocast {args.amp}; seed {args.seed}; policy {args.policy}; "
+          f"directions {', '.join(directions)}")
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"cuDNN {_build.cudnn_version_string(torch.backends.cudnn.version())}")
+    _step_timing.warm_up_cuda()  # as the benchmark child does before its first step
     with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
         started = time.perf_counter()
         plan = torch_cudnn_algo.tune(model, inputs, policy=args.policy, directions=directions,
                                      progress=not args.no_progress, execution_plans=args.execution_plans)
+        torch.cuda.synchronize()
     tune_seconds = time.perf_counter() - started
     print(f"tuned {len(plan)} configurations in {tune_seconds:.1f} s")
     print(plan.format())
     changed = sum(1 for e in plan.entries.values() if e.time_ms and e.stock_ms and e.time_ms < e.stock_ms * 0.99)
     print(f"{changed} of {len(plan)} configurations run something faster than stock's own configuration")
-
-    def step() -> None:
-        _training_step(model, inputs, amp)
-        for parameter in model.parameters():
-            parameter.grad = None
-
-    times = _compare_steps(step, plan, args.rounds, args.steps)
-    print(f"training step (forward + backward) per step, medians of {args.rounds} interleaved rounds "
-          f"(wall: {args.steps} steps per round; GPU time: 2 profiled steps per round, in separate rounds):")
-    print(_ratio_line("wall", times["stock wall"], times["tuned wall"]))
-    print(_ratio_line("GPU kernels", times["stock gpu"], times["tuned gpu"]))
-    print(_ratio_line("conv kernels", times["stock conv"], times["tuned conv"]))
     plan.save(args.output)
     engines = [e for e in plan.entries.values() if isinstance(e.choice, str)]
     built = sum(1 for e in engines if e.execution_plan is not None)
     print(f"plan written to {args.output} ({os.path.getsize(args.output) / 1024:.0f} KiB; {built} of "
           f"{len(engines)} engine configurations with their built execution plans)")
-    print(f"use it with TORCH_CUDNN_ALGO_PLAN={args.output} python train.py "
+
+    def step() -> None:
+        _step_timing.training_step(model, inputs, amp)
+        for parameter in model.parameters():
+            parameter.grad = None
+
+    print(f"timing stock heuristics and the tuned plan in this process, {args.rounds} alternating rounds ...",
+          flush=True)
+    times = _step_timing.measure_modes(step, {"stock": _stock, "tuned": lambda: torch_cudnn_algo.use_plan(plan)},
+                                       args.rounds, args.steps, energy=args.energy)
+    benchmark = _benchmark_row(args)
+    print(format_summary(StepRow("stock heuristics", times["stock"]), benchmark,
+                         StepRow(f"tuned plan ({args.policy})", times["tuned"], tune_seconds, "tune()"),
+                         rounds=args.rounds, steps=args.steps, energy_note=_energy_note(args, times)))
+    print(f"use the plan with TORCH_CUDNN_ALGO_PLAN={args.output} python train.py "
           "or torch_cudnn_algo.use_plan(torch_cudnn_algo.load_plan(path))")
     return 0
 
@@ -305,25 +434,46 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--json", metavar="FILE.json", help="also write the table as JSON")
     prof.set_defaults(run=_profile)
 
-    tune = commands.add_parser("tune", help="tune a model's convolutions, compare step time, write a plan")
-    tune.add_argument("model", nargs="?", help="module:callable returning (model, example_inputs) on the GPU; "
-                      "default: an embedded ResNet-50-style network")
-    tune.add_argument("--batch", type=int, default=64, help="batch of the default network (default 64)")
-    tune.add_argument("--image-size", type=int, default=224, help="image size of the default network")
-    tune.add_argument("--amp", choices=tuple(_AMP_DTYPES), default="fp16",
-                      help="autocast dtype of the training step (fp32: no autocast); default fp16")
-    tune.add_argument("--policy", choices=("fastest", "least_workspace", "lowest_energy"), default="fastest")
+    tune = commands.add_parser(
+        "tune", help="tune a model's convolutions, compare step time with stock, write a plan",
+        description=TUNE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    workload_arguments(tune)
+    tune.add_argument("--policy", choices=("fastest", "least_workspace", "lowest_energy"), default="fastest",
+                      help="how each configuration is decided (default fastest)")
     tune.add_argument("--directions", default="fwd,bwd_data,bwd_filter",
-                      type=_directions_argument, help="comma-separated cuDNN directions to plan")
+                      type=_directions_argument, help="comma-separated cuDNN directions to plan (default all three)")
     tune.add_argument("--output", "-o", default=DEFAULT_PLAN_PATH, help=f"plan file (default {DEFAULT_PLAN_PATH})")
-    tune.add_argument("--rounds", type=int, default=7, help="interleaved stock/tuned timing rounds")
-    tune.add_argument("--steps", type=int, default=20, help="training steps per wall-time round")
+    tune.add_argument("--benchmark-baseline", action=argparse.BooleanOptionalAction, default=True,
+                      help="also measure stock torch.backends.cudnn.benchmark=True, in a fresh child process "
+                           "(default: on; --no-benchmark-baseline skips it)")
+    tune.add_argument("--benchmark-timeout", type=float, default=900.0, metavar="SECONDS",
+                      help="give up on the benchmark=True child after this long (default 900); the rest of the "
+                           "output stands")
     tune.add_argument("--no-progress", action="store_true", help="no progress bar")
     tune.add_argument("--execution-plans", action=argparse.BooleanOptionalAction, default=True,
                       help="keep each engine configuration's built execution plan in the plan, so that "
                            "loading it compiles nothing (default: on)")
     tune.set_defaults(run=_tune)
     return parser
+
+
+def workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the tune command times and its benchmark=True child repeats: the model, its
+    inputs and autocast, the seed, the timing rounds, energy."""
+    parser.add_argument("model", nargs="?", help="module:callable returning (model, example_inputs) on the GPU "
+                        "(found from the current directory); default: the embedded " + DEFAULT_NET_TEXT)
+    parser.add_argument("--batch", type=int, default=64, help="batch of the default network (default 64)")
+    parser.add_argument("--image-size", type=int, default=224, help="image size of the default network (default 224)")
+    parser.add_argument("--amp", choices=tuple(AMP_DTYPES), default="fp16",
+                        help="autocast dtype of the training step (fp32: no autocast); default fp16")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="torch.manual_seed before the model is built, in every process (default 0)")
+    parser.add_argument("--rounds", type=int, default=7, help="timing rounds per mode (default 7); stock "
+                        "heuristics and the tuned plan alternate within each")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per wall-time round (default 20)")
+    parser.add_argument("--energy", action=argparse.BooleanOptionalAction, default=True,
+                        help="NVML energy per step, where the GPU has the counter (default: on; about 1 s "
+                             "per mode and round)")
 
 
 def _directions_argument(text: str) -> str:
@@ -339,7 +489,7 @@ def _directions_argument(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("reps", "batch", "image_size", "rounds", "steps"):
+    for name in ("reps", "batch", "image_size", "rounds", "steps", "benchmark_timeout"):
         if getattr(args, name, 1) < 1:
             print(f"torch-cudnn-algo {args.command}: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
