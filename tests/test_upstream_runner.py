@@ -571,3 +571,21 @@ def test_plan_settings(tmp_path):
         f"tuned: the plan in use after autoload is None, expected {str(plan.resolve())!r}"]
     assert up.preflight_problems({**info, "plan": str(plan.resolve())}, setting, False) == []
     assert up.preflight_problems(info, None, False) == []
+
+
+def test_a_selection_of_large_tensor_tests_alone_runs_them(tmp_path):
+    """-k picking only large-tensor tests: the parallel phase runs nothing, the large phase all."""
+    test_file = tmp_path / "test_synthetic_large.py"
+    test_file.write_text(SYNTHETIC_LARGE_TESTS)
+    out, marker = tmp_path / "out", tmp_path / "marker.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_CONV_")}
+    env["LARGE_TESTS_MARKER"] = str(marker)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(test_file), "--settings", "legacy0", "-k", "test_large",
+         "--no-preflight", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert marker.read_text().split() == ["stock", "0"]
+    stock, legacy0 = json.loads((out / "summary.json").read_text())["runs"]
+    assert (stock["passed"], legacy0["failed"], len(legacy0["regressions"])) == (1, 1, 1)

@@ -205,6 +205,7 @@ class Runner:
             found.large[name] = run
             if name == "stock":
                 found.stock_final.update(run.results)
+            self._write_summary(found, "parallel")  # so that a job cut short here still leaves one
 
     def _rerun_stock_alone(self, found: JobResults) -> None:
         """Stock's true result for its failures (and for what it skipped while a setting failed it)."""
@@ -242,21 +243,19 @@ class Runner:
         names = ["stock"] + [s.name for s in self.config.settings]
         parallel = self._parallel_phase(names, all_runs)
         stock = parallel["stock"]
+        found = JobResults(torch_info, parallel, dict(stock.results),
+                           {"tests": 0, "passed_alone": [], "still_failing": []}, {})
+        # Serial phases, one pytest process at a time: the large-tensor tests, then
+        # stock's true result, then each setting's candidates.
+        self._large_tensor_phase(names, all_runs, found)
         if not stock.results:
             tail = stock.attempts[-1]["log"] if stock.attempts else "?"
             print(f"run-upstream-tests: the stock run ran no test ({stock.run_error or 'nothing selected'}); "
                   f"see {tail}", file=sys.stderr)
             return 2
-
         # A preliminary summary (nothing confirmed yet), rewritten after every re-run,
         # so that a job cut short still leaves one.
-        found = JobResults(torch_info, parallel, dict(stock.results),
-                           {"tests": 0, "passed_alone": [], "still_failing": []}, {})
         self._write_summary(found, "parallel")
-
-        # Serial phases, one pytest process at a time: the large-tensor tests, then
-        # stock's true result, then each setting's candidates.
-        self._large_tensor_phase(names, all_runs, found)
         self._rerun_stock_alone(found)
         for setting in self.config.settings:
             large = found.large.get(setting.name)
