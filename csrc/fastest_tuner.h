@@ -39,8 +39,13 @@ void set_knob_search(bool enabled);
 
 // One JSON object per tuning since clear_tuning_log (clear_cache), in order:
 // {"direction", "conv", "dtype", "deterministic", "pick", "stock_config",
-//  "pick_ms", "stock_config_ms", "candidates", "timed", "knob_configs",
-//  "seconds", "workspace", "max_rel_error"}.
+//  "pick_ms", "stock_config_ms", "pick_host_us", "stock_config_host_us",
+//  "candidates", "timed", "knob_configs", "seconds", "workspace",
+//  "max_rel_error", "built", "built_rtc", "listed_rtc",
+//  "time_s": {"heuristics", "build", "build_sum", "operands", "warmup",
+//             "timing", "accuracy", "knob_search"},
+//  "configs": [{"config", "rank", "rtc", "build_s", "cached", "runnable",
+//               "warmup_ms", "ms"}, ...]}.
 std::vector<std::string> tuning_log_entries();
 void clear_tuning_log();
 
