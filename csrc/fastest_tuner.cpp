@@ -39,6 +39,9 @@ constexpr int kFinalReps = 7;
 // A pick must beat stock's configuration by this much (relative) to replace it:
 // below it, the difference is within the timing noise of a few calls.
 constexpr double kMinGain = 0.01;
+// A pick's error against float64 may be at most this many times the error of
+// stock's configuration on the same operands (plus the dtype's tolerance).
+constexpr double kMaxErrorRatio = 2.0;
 // A pick may not cost more host time per call than stock's configuration
 // beyond this (relative, plus an absolute slack for timer noise): cuDNN's
 // engines differ in what their launch costs the CPU (several kernels,
@@ -299,6 +302,7 @@ class Tuner {
   std::vector<size_t> by_median(std::vector<size_t> indices) const;
   void search_knobs(std::vector<size_t>& finalists);
   bool accurate(size_t index);
+  double error_of(size_t index);
   void record(const Candidate* pick, size_t timed);
 
   ConvKey key_;
@@ -313,6 +317,8 @@ class Tuner {
   size_t listed_ = 0;  // configurations the heuristics offered that the rules allow
   size_t knob_configs_ = 0;
   double pick_error_ = std::numeric_limits<double>::quiet_NaN();
+  double stock_error_ = std::numeric_limits<double>::quiet_NaN();
+  double error_bound_ = std::numeric_limits<double>::quiet_NaN();
   Breakdown spent_;
   bool in_knob_search_ = false;  // build/warm-up/timing seconds then count as knob_s
   std::string log_entry_;
@@ -494,13 +500,29 @@ void Tuner::search_knobs(std::vector<size_t>& finalists) {
   }
 }
 
-bool Tuner::accurate(size_t index) {
-  const auto started = Clock::now();
+// Candidate `index`'s max relative error against the float64 reference on the
+// tuner's operands.
+double Tuner::error_of(size_t index) {
   if (!reference_.defined()) reference_ = float64_reference(key_, operands_);
   candidates_[index].plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
-  pick_error_ = max_relative_error(operands_.out, reference_);
+  return max_relative_error(operands_.out, reference_);
+}
+
+// Whether a pick is no less accurate than stock's configuration: its error
+// against float64 at most twice the error of stock's configuration on the same
+// operands, plus the dtype's tolerance as a floor (an exact stock result must
+// not rule out every other summation order). Without a runnable stock
+// configuration (or a finite error of it), the tolerance alone.
+bool Tuner::accurate(size_t index) {
+  const auto started = Clock::now();
+  const double floor = tuner_tolerance(key_.scalar_type(), key_.allow_tf32);
+  if (stock_config_ && candidates_[*stock_config_].runnable() && std::isnan(stock_error_)) {
+    stock_error_ = error_of(*stock_config_);
+  }
+  error_bound_ = std::isfinite(stock_error_) ? kMaxErrorRatio * stock_error_ + floor : floor;
+  pick_error_ = error_of(index);
   spent_.accuracy_s += seconds_since(started);
-  return pick_error_ <= tuner_tolerance(key_.scalar_type(), key_.allow_tf32);
+  return pick_error_ <= error_bound_;
 }
 
 std::string json_string(const std::string& text) {
@@ -546,7 +568,9 @@ void Tuner::record(const Candidate* pick, size_t timed) {
         << ", \"candidates\": " << listed_ << ", \"timed\": " << timed
         << ", \"knob_configs\": " << knob_configs_ << ", \"seconds\": " << json_number(seconds)
         << ", \"workspace\": " << (pick ? std::to_string(pick->plan->workspace_bytes) : "null")
-        << ", \"max_rel_error\": " << json_number(pick_error_);
+        << ", \"max_rel_error\": " << json_number(pick_error_)
+        << ", \"stock_config_max_rel_error\": " << json_number(stock_error_)
+        << ", \"max_rel_error_bound\": " << json_number(error_bound_);
   size_t built = 0, built_rtc = 0, listed_rtc = 0;
   for (const auto& c : candidates_) {
     built += c.built && !c.cached;

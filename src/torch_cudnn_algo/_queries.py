@@ -74,7 +74,10 @@ def tuning_log() -> list[dict[str, object]]:
     offered under the rules), ``timed``, ``knob_configs`` (configurations
     ``conv_knob_search`` tried beyond them), ``seconds`` (tuning time),
     ``workspace`` (bytes of the pick), ``max_rel_error`` (the pick's error
-    against float64, when it was checked; stock's configuration is not).
+    against float64, when it was checked: a pick other than stock's
+    configuration), ``stock_config_max_rel_error`` (stock's configuration's
+    error on the same operands) and ``max_rel_error_bound`` (what the pick was
+    allowed: twice stock's configuration's error plus the dtype's tolerance).
 
     Where the time went: ``time_s`` (wall seconds: ``heuristics`` query,
     plan ``build``, ``build_sum`` (each plan's build added up; builds run in
