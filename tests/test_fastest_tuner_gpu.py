@@ -101,6 +101,7 @@ def assert_breakdown(entry):
     tried = [c for c in configs if c["build_s"] is not None]
     built = [c for c in tried if not c["cached"]]
     assert entry["built"] == len(built) and entry["built_rtc"] == sum(c["rtc"] for c in built)
+    assert entry["deferred_rtc"] == sum(c["rtc"] and c["build_s"] is None for c in configs)
     assert all(c["build_s"] is not None for c in configs if c["runnable"])
     listed = [c for c in tried if c["rank"] >= 0]  # knob-search builds count as knob_search
     assert phases["build_sum"] == pytest.approx(sum(c["build_s"] for c in listed), rel=1e-3, abs=1e-3)
