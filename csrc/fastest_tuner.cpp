@@ -17,11 +17,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -242,6 +245,7 @@ struct Breakdown {
   double heuristics_s = 0;  // the heuristics query for the candidates
   double build_s = 0;       // plan builds, wall (parallel threads)
   double build_sum_s = 0;   // plan builds, the sum of each candidate's build
+  double wait_s = 0;        // waiting for the builds prepared ahead (tune())
   double operands_s = 0;    // random operands, workspace
   double warmup_s = 0;      // each candidate's first run, synchronised
   double timing_s = 0;      // the timed rounds
@@ -258,6 +262,7 @@ struct Prepared {
   std::optional<size_t> stock_config;
   size_t listed = 0;  // configurations the heuristics offered that the rules allow
   Breakdown spent;    // heuristics_s, build_s, build_sum_s
+  bool ahead = false;  // prepared by prepare_fastest's threads
 };
 
 // `indices`' plans built with up to `threads` threads, their seconds counted in `spent`.
@@ -334,6 +339,119 @@ Prepared prepare(const ConvKey& key, size_t threads) {
   return p;
 }
 
+// tune() knows every configuration before it tunes the first: prepare_fastest
+// queues each one's preparation (heuristics query and plan builds, no GPU
+// work) to background threads, one configuration per thread, so that builds of
+// different configurations overlap; a tuning then takes its configuration's
+// result and waits until every queued one is done before it times anything.
+class PrepareQueue {
+ public:
+  void add(const ConvKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!slots_.emplace(key, std::make_shared<Slot>()).second) return;
+    pending_.push_back(key);
+    if (active_ < build_threads()) {
+      ++active_;
+      threads_.emplace_back([this] { work(); });
+    }
+  }
+
+  // key's preparation, once done; nullopt if none was queued or it failed (the
+  // tuning then prepares inline, and meets the error itself).
+  std::optional<Prepared> take(const ConvKey& key) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto it = slots_.find(key);
+    if (it == slots_.end()) return std::nullopt;
+    const auto slot = it->second;
+    done_.wait(lock, [&] { return slot->done; });
+    slots_.erase(key);
+    if (!slot->ok) return std::nullopt;
+    return std::move(slot->prepared);
+  }
+
+  // Returns once nothing is queued or building, the threads joined.
+  void wait_idle() {
+    std::vector<std::thread> finished;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [&] { return pending_.empty() && active_ == 0; });
+      finished.swap(threads_);
+    }
+    for (auto& thread : finished) thread.join();
+  }
+
+  // Drops what is queued and every result not taken (builds under way finish).
+  void cancel() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.clear();
+    }
+    wait_idle();
+    std::lock_guard<std::mutex> lock(mutex_);
+    slots_.clear();
+  }
+
+ private:
+  struct Slot {
+    bool done = false;
+    bool ok = false;
+    Prepared prepared;
+  };
+
+  void work() {
+    while (true) {
+      ConvKey key;
+      std::shared_ptr<Slot> slot;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (pending_.empty()) {
+          --active_;
+          done_.notify_all();
+          return;
+        }
+        key = pending_.front();
+        pending_.pop_front();
+        slot = slots_.at(key);
+      }
+      Prepared prepared;
+      bool ok = false;
+      try {
+        const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
+        prepared = prepare(key, 1);
+        prepared.ahead = true;
+        ok = true;
+      } catch (...) {
+        // Not remembered: the tuning prepares inline and reports the error.
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      slot->prepared = std::move(prepared);
+      slot->ok = ok;
+      slot->done = true;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::deque<ConvKey> pending_;
+  std::unordered_map<ConvKey, std::shared_ptr<Slot>, ConvKeyHash> slots_;
+  size_t active_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+PrepareQueue& prepare_queue() {
+  static auto* queue = new PrepareQueue();  // leaked, like the caches
+  return *queue;
+}
+
+std::optional<Prepared> take_prepared(const ConvKey& key) {
+  return prepare_queue().take(key);
+}
+
+void wait_until_prepared_all() {
+  prepare_queue().wait_idle();
+}
+
 class Tuner {
  public:
   explicit Tuner(const ConvKey& key) : key_(key), started_(Clock::now()) {}
@@ -369,6 +487,7 @@ class Tuner {
   double stock_error_ = std::numeric_limits<double>::quiet_NaN();
   double error_bound_ = std::numeric_limits<double>::quiet_NaN();
   Breakdown spent_;
+  bool prepared_ahead_ = false;
   bool in_knob_search_ = false;  // build/warm-up/timing seconds then count as knob_s
   std::string log_entry_;
 };
@@ -627,11 +746,13 @@ void Tuner::record(const Candidate* pick, size_t timed) {
     listed_rtc += c.rank >= 0 && c.rtc;
     deferred_rtc += c.deferred;
   }
+  entry << ", \"prepared_ahead\": " << (prepared_ahead_ ? "true" : "false");
   entry << ", \"built\": " << built << ", \"built_rtc\": " << built_rtc
         << ", \"listed_rtc\": " << listed_rtc << ", \"deferred_rtc\": " << deferred_rtc;
   entry << ", \"time_s\": {\"heuristics\": " << json_number(spent_.heuristics_s)
         << ", \"build\": " << json_number(spent_.build_s)
         << ", \"build_sum\": " << json_number(spent_.build_sum_s)
+        << ", \"wait\": " << json_number(spent_.wait_s)
         << ", \"operands\": " << json_number(spent_.operands_s)
         << ", \"warmup\": " << json_number(spent_.warmup_s)
         << ", \"timing\": " << json_number(spent_.timing_s)
@@ -671,14 +792,24 @@ void Tuner::record(const Candidate* pick, size_t timed) {
 
 std::shared_ptr<const Choice> Tuner::run() {
   key_.algo = kNoChoice;
-  Prepared prepared = prepare(key_, build_threads());
-  candidates_ = std::move(prepared.candidates);
-  known_ = std::move(prepared.known);
-  stock_config_ = prepared.stock_config;
-  listed_ = prepared.listed;
-  spent_.heuristics_s = prepared.spent.heuristics_s;
-  spent_.build_s = prepared.spent.build_s;
-  spent_.build_sum_s = prepared.spent.build_sum_s;
+  const auto wait_started = Clock::now();
+  std::optional<Prepared> prepared = take_prepared(key_);
+  if (prepared) {
+    // Prepared ahead: wait until no other configuration builds either, so
+    // that nothing competes with the timed calls for the host.
+    wait_until_prepared_all();
+    spent_.wait_s = seconds_since(wait_started);
+  } else {
+    prepared = prepare(key_, build_threads());
+  }
+  candidates_ = std::move(prepared->candidates);
+  known_ = std::move(prepared->known);
+  stock_config_ = prepared->stock_config;
+  listed_ = prepared->listed;
+  prepared_ahead_ = prepared->ahead;
+  spent_.heuristics_s = prepared->spent.heuristics_s;
+  spent_.build_s = prepared->spent.build_s;
+  spent_.build_sum_s = prepared->spent.build_sum_s;
   std::vector<size_t> eligible;
   for (size_t i = 0; i < candidates_.size(); ++i) {
     if (candidates_[i].runnable() && within_limit(candidates_[i])) eligible.push_back(i);
@@ -750,6 +881,15 @@ std::shared_ptr<const Choice> tune_fastest(const ConvKey& key, std::string* log_
   auto choice = tuner.run();
   if (log_entry != nullptr) *log_entry = tuner.log_entry();
   return choice;
+}
+
+void prepare_fastest(ConvKey key) {
+  key.algo = kNoChoice;
+  prepare_queue().add(key);
+}
+
+void cancel_prepared_fastest() {
+  prepare_queue().cancel();
 }
 
 bool knob_search_enabled() {

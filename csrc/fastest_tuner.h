@@ -7,8 +7,8 @@
 // list), runtime-compiled ones beyond stock's own only up to a budget (their
 // build compiles a kernel); stock's own configuration (A's first usable one,
 // what stock runs without benchmark mode) is always among them. Each plan is
-// built once, in parallel threads, straight into the plan cache the pinned path
-// reads.
+// built once, in parallel threads (tune(): every configuration's, ahead of the
+// first timing), straight into the plan cache the pinned path reads.
 // Timing: CUDA events around single calls queued behind a spin kernel, so the
 // host's enqueue time never leaks into GPU time; a short first round, then the
 // finalists and stock's configuration re-timed together, interleaved. A pick
@@ -37,6 +37,14 @@ namespace torch_cudnn_algo {
 // if given, receives the decision's tuning-log entry (see tuning_log_entries).
 std::shared_ptr<const Choice> tune_fastest(const ConvKey& key, std::string* log_entry = nullptr);
 
+// Queues key's candidate plans to be built ahead in background threads (no GPU
+// work, nothing timed): tune() knows every configuration first, and builds of
+// different configurations overlap. The next tune_fastest of key takes them
+// and, before timing anything, waits until every queued configuration is built.
+void prepare_fastest(ConvKey key);
+// Drops queued preparations and results not taken; returns once no thread builds.
+void cancel_prepared_fastest();
+
 // conv_knob_search: also search knob values the heuristics do not list.
 bool knob_search_enabled();
 void set_knob_search(bool enabled);
@@ -46,8 +54,8 @@ void set_knob_search(bool enabled);
 //  "pick_ms", "stock_config_ms", "pick_host_us", "stock_config_host_us",
 //  "candidates", "timed", "knob_configs", "seconds", "workspace",
 //  "max_rel_error", "stock_config_max_rel_error", "max_rel_error_bound",
-//  "built", "built_rtc", "listed_rtc", "deferred_rtc",
-//  "time_s": {"heuristics", "build", "build_sum", "operands", "warmup",
+//  "prepared_ahead", "built", "built_rtc", "listed_rtc", "deferred_rtc",
+//  "time_s": {"heuristics", "build", "build_sum", "wait", "operands", "warmup",
 //             "timing", "accuracy", "knob_search"},
 //  "configs": [{"config", "rank", "rtc", "build_s", "cached", "runnable",
 //               "warmup_ms", "ms"}, ...]}.

@@ -87,10 +87,12 @@ def test_tuner_pick_matches_float64_and_never_loses_to_stocks_config(direction, 
 def assert_breakdown(entry):
     """Where a tuning's time went, and what it built, add up."""
     phases = entry["time_s"]
-    assert set(phases) == {"heuristics", "build", "build_sum", "operands", "warmup", "timing", "accuracy",
+    assert set(phases) == {"heuristics", "build", "build_sum", "wait", "operands", "warmup", "timing", "accuracy",
                            "knob_search"}, phases
     assert all(value >= 0 for value in phases.values()), phases
-    own = sum(value for name, value in phases.items() if name != "build_sum")
+    # Built ahead (tune()), the heuristics query and the builds ran before the tuning's own time.
+    ahead = ("heuristics", "build") if entry["prepared_ahead"] else ()
+    own = sum(value for name, value in phases.items() if name not in ("build_sum", *ahead))
     assert own <= entry["seconds"] + 1e-3, entry
     configs = entry["configs"]
     by_name = {c["config"]: c for c in configs}
@@ -105,6 +107,25 @@ def assert_breakdown(entry):
     assert all(c["build_s"] is not None for c in configs if c["runnable"])
     listed = [c for c in tried if c["rank"] >= 0]  # knob-search builds count as knob_search
     assert phases["build_sum"] == pytest.approx(sum(c["build_s"] for c in listed), rel=1e-3, abs=1e-3)
+
+
+def test_tune_builds_every_configuration_ahead_then_times_each():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 32, 3, stride=2, padding=1),
+        torch.nn.ReLU(), torch.nn.Conv2d(32, 32, 3, padding=1, groups=32),
+    ).cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(8, 16, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=torch.float16):
+        plan = torch_cudnn_algo.tune(model, x, progress=False)
+    log = torch_cudnn_algo.tuning_log()
+    assert len(log) == len(plan) == 8, log
+    for entry in log:
+        assert entry["prepared_ahead"], entry
+        assert_breakdown(entry)
+        assert entry["time_s"]["build"] > 0  # in the background threads
+    picks = {entry["pick"] for entry in log}
+    assert all(planned.choice in picks for planned in plan.entries.values()), (plan, log)
 
 
 def test_knob_search_tries_configurations_beyond_the_heuristics():

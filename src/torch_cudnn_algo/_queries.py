@@ -81,14 +81,17 @@ def tuning_log() -> list[dict[str, object]]:
 
     Where the time went: ``time_s`` (wall seconds: ``heuristics`` query,
     plan ``build``, ``build_sum`` (each plan's build added up; builds run in
-    parallel), ``operands``, ``warmup``, ``timing``, ``accuracy`` (float64
-    reference and error checks), ``knob_search``), ``built`` (plans built),
-    ``built_rtc``, ``listed_rtc`` and ``deferred_rtc`` (runtime-compiled
-    configurations built, among the first round's, and left unbuilt), and
-    ``configs``: per configuration considered, ``config``, ``rank`` (in the
-    heuristics' list; -1 for knob search), ``rtc``, ``build_s`` (None: not
-    built), ``cached``, ``runnable``, ``warmup_ms`` (host ms of its first run)
-    and ``ms`` (median GPU ms, None: not timed).
+    parallel), ``wait`` (for the builds :func:`tune` started ahead),
+    ``operands``, ``warmup``, ``timing``, ``accuracy`` (float64 reference and
+    error checks), ``knob_search``), ``prepared_ahead`` (built by
+    :func:`tune`'s background threads: ``heuristics`` and ``build`` then ran
+    before ``seconds`` started), ``built`` (plans built), ``built_rtc``,
+    ``listed_rtc`` and ``deferred_rtc`` (runtime-compiled configurations built,
+    among the first round's, and left unbuilt), and ``configs``: per
+    configuration considered, ``config``, ``rank`` (in the heuristics' list; -1
+    for knob search), ``rtc``, ``build_s`` (None: not built), ``cached``,
+    ``runnable``, ``warmup_ms`` (host ms of its first run) and ``ms`` (median
+    GPU ms, None: not timed).
     """
     return [json.loads(entry) for entry in _extension.ops().tuning_log()]
 
