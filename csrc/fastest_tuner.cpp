@@ -17,10 +17,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -28,16 +32,27 @@
 namespace torch_cudnn_algo {
 namespace {
 
-// Heuristics A's first entries timed in the first round: stock's benchmark
-// mode times ten of this list, so everything stock could find is covered.
-constexpr size_t kFirstRoundCandidates = 12;
+// Heuristics A's first entries built and timed in the first round. Stock's
+// benchmark mode times ten of this list; on the H100 the fastest of the first 12
+// was among the first 4 for 277 of 285 configurations (mobilenet_v3_large,
+// efficientnet_b0, conv_tasnet), 0.1-1.5% more GPU time summed over a network,
+// while the other 8 took two thirds of the plan builds and 95% of the first
+// round's GPU time (slow engines).
+constexpr size_t kFirstRoundCandidates = 4;
 constexpr int kFirstRoundReps = 3;
+// Runtime-compiled configurations (RUNTIME_COMPILATION note) built besides
+// stock's own: building one compiles its kernel (NVRTC), 0.3-1 s on the H100
+// against well under 1 ms for most precompiled engines' plans.
+constexpr int64_t kRtcCandidates = 1;
 // Best first-round candidates re-timed with stock's configuration.
 constexpr size_t kFinalists = 3;
 constexpr int kFinalReps = 7;
 // A pick must beat stock's configuration by this much (relative) to replace it:
 // below it, the difference is within the timing noise of a few calls.
 constexpr double kMinGain = 0.01;
+// A pick's error against float64 may be at most this many times the error of
+// stock's configuration on the same operands (plus the dtype's tolerance).
+constexpr double kMaxErrorRatio = 2.0;
 // A pick may not cost more host time per call than stock's configuration
 // beyond this (relative, plus an absolute slack for timer noise): cuDNN's
 // engines differ in what their launch costs the CPU (several kernels,
@@ -72,10 +87,17 @@ double seconds_since(Clock::time_point start) {
 
 struct Candidate {
   std::string name;  // canonical engine configuration name
+  bool rtc = false;  // cuDNN's RUNTIME_COMPILATION behaviour note: the build compiles a kernel
+  int rank = -1;     // position in the heuristics' list; -1 for a knob-search configuration
   std::shared_ptr<const Plan> plan;  // null until built, or when cuDNN cannot build it
   std::vector<double> samples_ms;  // GPU time per call
   std::vector<double> host_us;     // host time to enqueue one call
   bool is_stock_config = false;
+  bool built = false;     // build attempted
+  bool cached = false;    // the plan was already in the plan cache (nothing built)
+  bool deferred = false;  // runtime-compiled and over the tuner's budget: not built (yet)
+  double build_s = 0;     // wall seconds of its build (on its build thread)
+  double warmup_ms = std::numeric_limits<double>::quiet_NaN();  // host ms of its first run
 
   bool runnable() const { return plan && plan->refusal.empty(); }
   double median_ms() const { return median_of(samples_ms); }
@@ -89,39 +111,74 @@ struct Candidate {
   }
 };
 
-size_t build_threads() {
-  if (const auto text = c10::utils::get_env("TORCH_CUDNN_ALGO_TUNE_THREADS")) {
+// An integer setting from the environment, or `fallback` (a bad value warns once).
+int64_t env_int(const char* name, int64_t fallback) {
+  if (const auto text = c10::utils::get_env(name)) {
     try {
-      return std::max(1, std::stoi(*text));
+      return std::stoll(*text);
     } catch (const std::exception&) {
-      TORCH_WARN_ONCE("torch_cudnn_algo: ignoring TORCH_CUDNN_ALGO_TUNE_THREADS=", *text,
-                      " (expected a positive integer)");
+      TORCH_WARN_ONCE("torch_cudnn_algo: ignoring ", name, "=", *text, " (expected an integer)");
     }
   }
-  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  return fallback;
 }
 
-// Builds the plans of candidates[first..] in parallel threads, each with its own
+size_t build_threads() {
+  const int64_t fallback = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
+  return static_cast<size_t>(std::max<int64_t>(1, env_int("TORCH_CUDNN_ALGO_TUNE_THREADS", fallback)));
+}
+
+// The first round's size (TORCH_CUDNN_ALGO_TUNE_CANDIDATES overrides it, for measurements).
+size_t first_round_candidates() {
+  return static_cast<size_t>(
+      std::max<int64_t>(1, env_int("TORCH_CUDNN_ALGO_TUNE_CANDIDATES", kFirstRoundCandidates)));
+}
+
+// Runtime-compiled configurations among the first round's that are built
+// besides stock's own, in the heuristics' order
+// (TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES overrides it; negative: all).
+int64_t rtc_candidates() {
+  return env_int("TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES", kRtcCandidates);
+}
+
+// Builds the plans of candidates[indices] in parallel threads, each with its own
 // cuDNN handle; a plan that cannot be built stays null. Plans land in the plan
-// cache, so the pick runs later without being built again.
-void build_plans(const ConvKey& key, std::vector<Candidate>& candidates, size_t first) {
-  std::atomic<size_t> next{first};
+// cache, so the pick runs later without being built again. Each candidate's
+// build seconds are taken on its thread; the call returns its wall seconds.
+double build_plans(const ConvKey& key, std::vector<Candidate>& candidates, const std::vector<size_t>& indices,
+                   size_t max_threads) {
+  if (indices.empty()) return 0;
+  const auto started = Clock::now();
+  std::atomic<size_t> next{0};
   const auto work = [&] {
     const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
-    for (size_t i = next++; i < candidates.size(); i = next++) {
+    for (size_t k = next++; k < indices.size(); k = next++) {
+      Candidate& c = candidates[indices[k]];
+      const auto build_started = Clock::now();
       try {
         bool created = false;
-        candidates[i].plan = get_graph_plan(key, candidates[i].name, &created);
+        c.plan = get_graph_plan(key, c.name, &created);
+        c.cached = !created;
       } catch (const std::exception&) {
-        candidates[i].plan = nullptr;  // cuDNN cannot build it: not a candidate
+        c.plan = nullptr;  // cuDNN cannot build it: not a candidate
       }
+      c.built = true;
+      c.deferred = false;
+      c.build_s = seconds_since(build_started);
     }
   };
-  const size_t threads = std::min(build_threads(), candidates.size() - std::min(first, candidates.size()));
+  const size_t threads = std::min(max_threads, indices.size());
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (auto& thread : pool) thread.join();
+  return seconds_since(started);
+}
+
+std::vector<size_t> index_range(size_t first, size_t end) {
+  std::vector<size_t> indices;
+  for (size_t i = first; i < end; ++i) indices.push_back(i);
+  return indices;
 }
 
 // Random operands of the cuDNN problem x (*) w = y in the key's layout, and
@@ -183,6 +240,218 @@ double max_relative_error(const at::Tensor& out, const at::Tensor& reference) {
   return scale > 0 ? error / scale : error;
 }
 
+// Where one tuning's time went, in wall seconds (see tuning_log_entries).
+struct Breakdown {
+  double heuristics_s = 0;  // the heuristics query for the candidates
+  double build_s = 0;       // plan builds, wall (parallel threads)
+  double build_sum_s = 0;   // plan builds, the sum of each candidate's build
+  double wait_s = 0;        // waiting for the builds prepared ahead (tune())
+  double operands_s = 0;    // random operands, workspace
+  double warmup_s = 0;      // each candidate's first run, synchronised
+  double timing_s = 0;      // the timed rounds
+  double accuracy_s = 0;    // float64 reference and the error checks
+  double knob_s = 0;        // conv_knob_search, all of it (builds and timing included)
+};
+
+// What a tuning builds before it runs anything: the candidates in the
+// heuristics' order with their plans built (runtime-compiled ones over the
+// budget deferred), stock's configuration among them, and what it took.
+struct Prepared {
+  std::vector<Candidate> candidates;
+  std::set<std::string> known;  // every name in candidates
+  std::optional<size_t> stock_config;
+  size_t listed = 0;  // configurations the heuristics offered that the rules allow
+  Breakdown spent;    // heuristics_s, build_s, build_sum_s
+  bool ahead = false;  // prepared by prepare_fastest's threads
+};
+
+// `indices`' plans built with up to `threads` threads, their seconds counted in `spent`.
+void build_into(const ConvKey& key, Prepared& p, const std::vector<size_t>& indices, size_t threads) {
+  p.spent.build_s += build_plans(key, p.candidates, indices, threads);
+  for (const size_t i : indices) p.spent.build_sum_s += p.candidates[i].build_s;
+}
+
+// Stock runs the first configuration of heuristics A that builds (mode A comes
+// first in the list; fallback entries follow it). A runtime-compiled one left
+// unbuilt ahead of the first that built would be stock's if it builds: it is
+// built now, in list order, until stock's configuration is known.
+void find_stock_config(const ConvKey& key, Prepared& p, size_t threads) {
+  for (size_t i = 0; i < p.candidates.size() && !p.stock_config; ++i) {
+    if (p.candidates[i].deferred) build_into(key, p, {i}, threads);
+    if (p.candidates[i].runnable()) {
+      p.stock_config = i;
+      p.candidates[i].is_stock_config = true;
+    }
+  }
+}
+
+// The heuristics' candidates under the rules, in their ranking; the first
+// round's plans built with up to `threads` threads.
+Prepared prepare(const ConvKey& key, size_t threads) {
+  Prepared p;
+  const auto started = Clock::now();
+  for (const auto& listed : heuristic_engine_candidates(key)) {
+    if (!listed.refusal.empty()) continue;  // the determinism / TF32 rules
+    const auto name = parse_engine_name(listed.name).canonical;
+    if (!p.known.insert(name).second) continue;
+    Candidate c;
+    c.name = name;
+    c.rank = static_cast<int>(p.candidates.size());
+    c.rtc = std::find(listed.behavior_notes.begin(), listed.behavior_notes.end(),
+                      "RUNTIME_COMPILATION") != listed.behavior_notes.end();
+    p.candidates.push_back(std::move(c));
+  }
+  p.spent.heuristics_s = seconds_since(started);
+  p.listed = p.candidates.size();
+  // Heuristics A's ranking decides what the first round times; the rest of the
+  // list (lower-ranked A entries, fallback) is built only if the first ones fail.
+  const size_t round = first_round_candidates();
+  const size_t considered = std::min(round, p.candidates.size());
+  std::vector<Candidate> rest(p.candidates.begin() + considered, p.candidates.end());
+  p.candidates.resize(considered);
+  // Precompiled configurations are cheap to build; runtime-compiled ones are
+  // not: the first entry (stock's configuration, unless it fails to build) and
+  // the best-ranked others up to the budget. The rest are deferred.
+  const int64_t rtc_budget = rtc_candidates();
+  int64_t rtc_taken = 0;
+  std::vector<size_t> first_builds;
+  for (size_t i = 0; i < p.candidates.size(); ++i) {
+    Candidate& c = p.candidates[i];
+    if (c.rtc && i > 0 && rtc_budget >= 0) {
+      if (rtc_taken >= rtc_budget) {
+        c.deferred = true;
+        continue;
+      }
+      ++rtc_taken;
+    }
+    first_builds.push_back(i);
+  }
+  build_into(key, p, first_builds, threads);
+  find_stock_config(key, p, threads);
+  while (!p.stock_config && !rest.empty()) {
+    const size_t first = p.candidates.size();
+    const size_t take = std::min(round, rest.size());
+    p.candidates.insert(p.candidates.end(), rest.begin(), rest.begin() + take);
+    rest.erase(rest.begin(), rest.begin() + take);
+    build_into(key, p, index_range(first, p.candidates.size()), threads);
+    find_stock_config(key, p, threads);
+  }
+  return p;
+}
+
+// tune() knows every configuration before it tunes the first: prepare_fastest
+// queues each one's preparation (heuristics query and plan builds, no GPU
+// work) to background threads, one configuration per thread, so that builds of
+// different configurations overlap; a tuning then takes its configuration's
+// result and waits until every queued one is done before it times anything.
+class PrepareQueue {
+ public:
+  void add(const ConvKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!slots_.emplace(key, std::make_shared<Slot>()).second) return;
+    pending_.push_back(key);
+    if (active_ < build_threads()) {
+      ++active_;
+      threads_.emplace_back([this] { work(); });
+    }
+  }
+
+  // key's preparation, once done; nullopt if none was queued or it failed (the
+  // tuning then prepares inline, and meets the error itself).
+  std::optional<Prepared> take(const ConvKey& key) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto it = slots_.find(key);
+    if (it == slots_.end()) return std::nullopt;
+    const auto slot = it->second;
+    done_.wait(lock, [&] { return slot->done; });
+    slots_.erase(key);
+    if (!slot->ok) return std::nullopt;
+    return std::move(slot->prepared);
+  }
+
+  // Returns once nothing is queued or building, the threads joined.
+  void wait_idle() {
+    std::vector<std::thread> finished;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [&] { return pending_.empty() && active_ == 0; });
+      finished.swap(threads_);
+    }
+    for (auto& thread : finished) thread.join();
+  }
+
+  // Drops what is queued and every result not taken (builds under way finish).
+  void cancel() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.clear();
+    }
+    wait_idle();
+    std::lock_guard<std::mutex> lock(mutex_);
+    slots_.clear();
+  }
+
+ private:
+  struct Slot {
+    bool done = false;
+    bool ok = false;
+    Prepared prepared;
+  };
+
+  void work() {
+    while (true) {
+      ConvKey key;
+      std::shared_ptr<Slot> slot;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (pending_.empty()) {
+          --active_;
+          done_.notify_all();
+          return;
+        }
+        key = pending_.front();
+        pending_.pop_front();
+        slot = slots_.at(key);
+      }
+      Prepared prepared;
+      bool ok = false;
+      try {
+        const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
+        prepared = prepare(key, 1);
+        prepared.ahead = true;
+        ok = true;
+      } catch (...) {
+        // Not remembered: the tuning prepares inline and reports the error.
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      slot->prepared = std::move(prepared);
+      slot->ok = ok;
+      slot->done = true;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::deque<ConvKey> pending_;
+  std::unordered_map<ConvKey, std::shared_ptr<Slot>, ConvKeyHash> slots_;
+  size_t active_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+PrepareQueue& prepare_queue() {
+  static auto* queue = new PrepareQueue();  // leaked, like the caches
+  return *queue;
+}
+
+std::optional<Prepared> take_prepared(const ConvKey& key) {
+  return prepare_queue().take(key);
+}
+
+void wait_until_prepared_all() {
+  prepare_queue().wait_idle();
+}
+
 class Tuner {
  public:
   explicit Tuner(const ConvKey& key) : key_(key), started_(Clock::now()) {}
@@ -192,7 +461,7 @@ class Tuner {
   const std::string& log_entry() const { return log_entry_; }
 
  private:
-  void collect_candidates();
+  void build(const std::vector<size_t>& indices);
   bool within_limit(const Candidate& c) const;
   void prepare_workspace();
   std::vector<size_t> warm_up(std::vector<size_t> indices);
@@ -200,6 +469,7 @@ class Tuner {
   std::vector<size_t> by_median(std::vector<size_t> indices) const;
   void search_knobs(std::vector<size_t>& finalists);
   bool accurate(size_t index);
+  double error_of(size_t index);
   void record(const Candidate* pick, size_t timed);
 
   ConvKey key_;
@@ -214,15 +484,19 @@ class Tuner {
   size_t listed_ = 0;  // configurations the heuristics offered that the rules allow
   size_t knob_configs_ = 0;
   double pick_error_ = std::numeric_limits<double>::quiet_NaN();
+  double stock_error_ = std::numeric_limits<double>::quiet_NaN();
+  double error_bound_ = std::numeric_limits<double>::quiet_NaN();
+  Breakdown spent_;
+  bool prepared_ahead_ = false;
+  bool in_knob_search_ = false;  // build/warm-up/timing seconds then count as knob_s
   std::string log_entry_;
 };
 
-void Tuner::collect_candidates() {
-  for (const auto& listed : heuristic_engine_candidates(key_)) {
-    if (!listed.refusal.empty()) continue;  // the determinism / TF32 rules
-    const auto name = parse_engine_name(listed.name).canonical;
-    if (known_.insert(name).second) candidates_.push_back({name});
-  }
+void Tuner::build(const std::vector<size_t>& indices) {
+  const double wall = build_plans(key_, candidates_, indices, build_threads());
+  if (in_knob_search_) return;
+  spent_.build_s += wall;
+  for (const size_t i : indices) spent_.build_sum_s += candidates_[i].build_s;
 }
 
 bool Tuner::within_limit(const Candidate& c) const {
@@ -259,19 +533,23 @@ void Tuner::prepare_workspace() {
 // Runs each candidate once (module loading, lazy initialisation) and keeps the
 // ones that ran; a cuDNN error there drops the candidate.
 std::vector<size_t> Tuner::warm_up(std::vector<size_t> indices) {
+  const auto started = Clock::now();
   prepare_workspace();
   std::vector<size_t> ran;
   for (const size_t i : indices) {
     auto& c = candidates_[i];
     if (!c.runnable()) continue;
+    const auto run_started = Clock::now();
     try {
       c.plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
       ran.push_back(i);
     } catch (const c10::Error&) {
       c.plan = nullptr;
     }
+    c.warmup_ms = seconds_since(run_started) * 1e3;
   }
   c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(key_.device)).synchronize();
+  if (!in_knob_search_) spent_.warmup_s += seconds_since(started);
   return ran;
 }
 
@@ -281,6 +559,7 @@ std::vector<size_t> Tuner::warm_up(std::vector<size_t> indices) {
 // kernel no launch waits for the GPU, so it is what the call costs the CPU.
 void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
   if (indices.empty()) return;
+  const auto started = Clock::now();
   const auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(key_.device));
   const size_t calls = indices.size() * static_cast<size_t>(reps);
   std::vector<c10::Event> starts, ends;
@@ -310,6 +589,7 @@ void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
       ++k;
     }
   }
+  if (!in_knob_search_) spent_.timing_s += seconds_since(started);
 }
 
 std::vector<size_t> Tuner::by_median(std::vector<size_t> indices) const {
@@ -359,10 +639,14 @@ void Tuner::search_knobs(std::vector<size_t>& finalists) {
         auto knobs = current.knobs;
         knobs[slot - current.knobs.begin()].second = value;
         const auto name = config_name(current.engine, knobs);
-        if (known_.insert(name).second) candidates_.push_back({name});
+        if (!known_.insert(name).second) continue;
+        Candidate c;
+        c.name = name;
+        c.rtc = candidates_[best].rtc;  // a property of the engine
+        candidates_.push_back(std::move(c));
       }
       if (candidates_.size() == first_new) continue;
-      build_plans(key_, candidates_, first_new);
+      build(index_range(first_new, candidates_.size()));
       std::vector<size_t> fresh;
       for (size_t i = first_new; i < candidates_.size(); ++i) {
         if (candidates_[i].runnable() && within_limit(candidates_[i])) fresh.push_back(i);
@@ -384,11 +668,29 @@ void Tuner::search_knobs(std::vector<size_t>& finalists) {
   }
 }
 
-bool Tuner::accurate(size_t index) {
+// Candidate `index`'s max relative error against the float64 reference on the
+// tuner's operands.
+double Tuner::error_of(size_t index) {
   if (!reference_.defined()) reference_ = float64_reference(key_, operands_);
   candidates_[index].plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
-  pick_error_ = max_relative_error(operands_.out, reference_);
-  return pick_error_ <= tuner_tolerance(key_.scalar_type(), key_.allow_tf32);
+  return max_relative_error(operands_.out, reference_);
+}
+
+// Whether a pick is no less accurate than stock's configuration: its error
+// against float64 at most twice the error of stock's configuration on the same
+// operands, plus the dtype's tolerance as a floor (an exact stock result must
+// not rule out every other summation order). Without a runnable stock
+// configuration (or a finite error of it), the tolerance alone.
+bool Tuner::accurate(size_t index) {
+  const auto started = Clock::now();
+  const double floor = tuner_tolerance(key_.scalar_type(), key_.allow_tf32);
+  if (stock_config_ && candidates_[*stock_config_].runnable() && std::isnan(stock_error_)) {
+    stock_error_ = error_of(*stock_config_);
+  }
+  error_bound_ = std::isfinite(stock_error_) ? kMaxErrorRatio * stock_error_ + floor : floor;
+  pick_error_ = error_of(index);
+  spent_.accuracy_s += seconds_since(started);
+  return pick_error_ <= error_bound_;
 }
 
 std::string json_string(const std::string& text) {
@@ -434,7 +736,44 @@ void Tuner::record(const Candidate* pick, size_t timed) {
         << ", \"candidates\": " << listed_ << ", \"timed\": " << timed
         << ", \"knob_configs\": " << knob_configs_ << ", \"seconds\": " << json_number(seconds)
         << ", \"workspace\": " << (pick ? std::to_string(pick->plan->workspace_bytes) : "null")
-        << ", \"max_rel_error\": " << json_number(pick_error_) << "}";
+        << ", \"max_rel_error\": " << json_number(pick_error_)
+        << ", \"stock_config_max_rel_error\": " << json_number(stock_error_)
+        << ", \"max_rel_error_bound\": " << json_number(error_bound_);
+  size_t built = 0, built_rtc = 0, listed_rtc = 0, deferred_rtc = 0;
+  for (const auto& c : candidates_) {
+    built += c.built && !c.cached;
+    built_rtc += c.built && !c.cached && c.rtc;
+    listed_rtc += c.rank >= 0 && c.rtc;
+    deferred_rtc += c.deferred;
+  }
+  entry << ", \"prepared_ahead\": " << (prepared_ahead_ ? "true" : "false");
+  entry << ", \"built\": " << built << ", \"built_rtc\": " << built_rtc
+        << ", \"listed_rtc\": " << listed_rtc << ", \"deferred_rtc\": " << deferred_rtc;
+  entry << ", \"time_s\": {\"heuristics\": " << json_number(spent_.heuristics_s)
+        << ", \"build\": " << json_number(spent_.build_s)
+        << ", \"build_sum\": " << json_number(spent_.build_sum_s)
+        << ", \"wait\": " << json_number(spent_.wait_s)
+        << ", \"operands\": " << json_number(spent_.operands_s)
+        << ", \"warmup\": " << json_number(spent_.warmup_s)
+        << ", \"timing\": " << json_number(spent_.timing_s)
+        << ", \"accuracy\": " << json_number(spent_.accuracy_s)
+        << ", \"knob_search\": " << json_number(spent_.knob_s) << "}";
+  // Per configuration considered (knob-search ones included): the heuristics'
+  // rank (-1: knob search), RUNTIME_COMPILATION, its build seconds (null: not
+  // built), whether the plan cache already held it, host ms of its first run,
+  // median GPU ms (null: not timed).
+  entry << ", \"configs\": [";
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    const auto& c = candidates_[i];
+    entry << (i ? ", " : "") << "{\"config\": " << json_string(c.name) << ", \"rank\": " << c.rank
+          << ", \"rtc\": " << (c.rtc ? "true" : "false")
+          << ", \"build_s\": " << (c.built ? json_number(c.build_s) : "null")
+          << ", \"cached\": " << (c.cached ? "true" : "false")
+          << ", \"runnable\": " << (c.runnable() ? "true" : "false")
+          << ", \"warmup_ms\": " << json_number(c.warmup_ms)
+          << ", \"ms\": " << (c.samples_ms.empty() ? "null" : json_number(c.median_ms())) << "}";
+  }
+  entry << "]}";
   log_entry_ = entry.str();
   {
     std::lock_guard<std::mutex> lock(g_log_mutex);
@@ -453,31 +792,24 @@ void Tuner::record(const Candidate* pick, size_t timed) {
 
 std::shared_ptr<const Choice> Tuner::run() {
   key_.algo = kNoChoice;
-  collect_candidates();
-  listed_ = candidates_.size();
-  // Heuristics A's ranking decides what the first round times; the rest of the
-  // list (lower-ranked A entries, fallback) is built only if the first ones fail.
-  size_t considered = std::min(kFirstRoundCandidates, candidates_.size());
-  std::vector<Candidate> rest(candidates_.begin() + considered, candidates_.end());
-  candidates_.resize(considered);
-  build_plans(key_, candidates_, 0);
-  while (std::none_of(candidates_.begin(), candidates_.end(),
-                      [](const Candidate& c) { return c.runnable(); }) && !rest.empty()) {
-    const size_t first = candidates_.size();
-    const size_t take = std::min(kFirstRoundCandidates, rest.size());
-    candidates_.insert(candidates_.end(), rest.begin(), rest.begin() + take);
-    rest.erase(rest.begin(), rest.begin() + take);
-    build_plans(key_, candidates_, first);
+  const auto wait_started = Clock::now();
+  std::optional<Prepared> prepared = take_prepared(key_);
+  if (prepared) {
+    // Prepared ahead: wait until no other configuration builds either, so
+    // that nothing competes with the timed calls for the host.
+    wait_until_prepared_all();
+    spent_.wait_s = seconds_since(wait_started);
+  } else {
+    prepared = prepare(key_, build_threads());
   }
-  // Stock runs the first configuration of heuristics A that builds (mode A comes
-  // first in the list; fallback entries follow it).
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    if (candidates_[i].runnable()) {
-      stock_config_ = i;
-      candidates_[i].is_stock_config = true;
-      break;
-    }
-  }
+  candidates_ = std::move(prepared->candidates);
+  known_ = std::move(prepared->known);
+  stock_config_ = prepared->stock_config;
+  listed_ = prepared->listed;
+  prepared_ahead_ = prepared->ahead;
+  spent_.heuristics_s = prepared->spent.heuristics_s;
+  spent_.build_s = prepared->spent.build_s;
+  spent_.build_sum_s = prepared->spent.build_sum_s;
   std::vector<size_t> eligible;
   for (size_t i = 0; i < candidates_.size(); ++i) {
     if (candidates_[i].runnable() && within_limit(candidates_[i])) eligible.push_back(i);
@@ -490,7 +822,9 @@ std::shared_ptr<const Choice> Tuner::run() {
     record(nullptr, 0);
     return nullptr;
   }
+  const auto operands_started = Clock::now();
   operands_ = make_operands(key_);
+  spent_.operands_s += seconds_since(operands_started);
   timed = warm_up(timed);
   time_interleaved(timed, kFirstRoundReps);
 
@@ -498,7 +832,13 @@ std::shared_ptr<const Choice> Tuner::run() {
   for (const size_t i : by_median(timed)) {
     if (finalists.size() < kFinalists && within_limit(candidates_[i])) finalists.push_back(i);
   }
-  if (knob_search_enabled()) search_knobs(finalists);
+  if (knob_search_enabled()) {
+    const auto knobs_started = Clock::now();
+    in_knob_search_ = true;
+    search_knobs(finalists);
+    in_knob_search_ = false;
+    spent_.knob_s += seconds_since(knobs_started);
+  }
   if (stock_config_ && std::find(finalists.begin(), finalists.end(), *stock_config_) == finalists.end()) {
     finalists.push_back(*stock_config_);
   }
@@ -541,6 +881,15 @@ std::shared_ptr<const Choice> tune_fastest(const ConvKey& key, std::string* log_
   auto choice = tuner.run();
   if (log_entry != nullptr) *log_entry = tuner.log_entry();
   return choice;
+}
+
+void prepare_fastest(ConvKey key) {
+  key.algo = kNoChoice;
+  prepare_queue().add(key);
+}
+
+void cancel_prepared_fastest() {
+  prepare_queue().cancel();
 }
 
 bool knob_search_enabled() {

@@ -124,6 +124,7 @@ std::vector<std::string> get_active_overrides() {
 }
 
 void clear_plan_cache() {
+  cancel_prepared_fastest();  // its threads fill the graph plan cache
   clear_legacy_plans();
   clear_graph_plans();
   clear_profile_decisions();
@@ -457,6 +458,18 @@ std::string tune_fastest_conv(const std::string& direction, const at::Tensor& in
   return entry;
 }
 
+// Queues one convolution's "fastest" candidate builds to background threads
+// (tune() calls it for every configuration before tuning the first); nothing
+// runs on the GPU.
+void prepare_fastest_conv(const std::string& direction, const at::Tensor& input,
+                          const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
+                          at::IntArrayRef dilation, int64_t groups, bool transposed,
+                          at::IntArrayRef output_padding, bool deterministic, bool allow_tf32) {
+  const at::Device device = query_device(input, "prepare_fastest_conv");
+  prepare_fastest(user_conv_key(direction, 0, input, weight, padding, stride, dilation, groups,
+                                transposed, output_padding, deterministic, allow_tf32, device));
+}
+
 std::vector<int64_t> pinned_run_counts_op() {
   const auto counts = pinned_run_counts();
   return {counts.begin(), counts.end()};
@@ -543,6 +556,12 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
       "bool allow_tf32) -> str",
       &tune_fastest_conv);
+  m.def(
+      "prepare_fastest_conv(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
+      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
+      "bool allow_tf32) -> ()",
+      &prepare_fastest_conv);
+  m.def("cancel_prepared_fastest() -> ()", &cancel_prepared_fastest);
 }
 
 }  // namespace torch_cudnn_algo

@@ -68,7 +68,13 @@ def test_tuner_pick_matches_float64_and_never_loses_to_stocks_config(direction, 
             assert torch.equal(run_direction(direction, x, w, grad), stock)
         if entry["pick"] is not None and entry["pick"] != entry["stock_config"]:
             assert entry["pick_ms"] < entry["stock_config_ms"], entry
-            assert entry["max_rel_error"] is not None
+            # No less accurate than stock's configuration on the same operands.
+            tolerance = torch_cudnn_algo.TOLERANCES["float16"]
+            assert entry["stock_config_max_rel_error"] is not None, entry
+            bound = 2 * entry["stock_config_max_rel_error"] + tolerance
+            assert entry["max_rel_error_bound"] == pytest.approx(bound, rel=1e-5)  # the log prints 6 digits
+            assert entry["max_rel_error"] <= entry["max_rel_error_bound"], entry
+        assert_breakdown(entry)
         if deterministic and entry["pick"] is not None:
             # The rules' view of the pick: pinned strictly, it must be allowed.
             with torch_cudnn_algo.flags(**{FLAG[direction]: entry["pick"], "conv_algo_strict": True}):
@@ -78,12 +84,58 @@ def test_tuner_pick_matches_float64_and_never_loses_to_stocks_config(direction, 
     assert torch.equal(picked, again)
 
 
+def assert_breakdown(entry):
+    """Where a tuning's time went, and what it built, add up."""
+    phases = entry["time_s"]
+    assert set(phases) == {"heuristics", "build", "build_sum", "wait", "operands", "warmup", "timing", "accuracy",
+                           "knob_search"}, phases
+    assert all(value >= 0 for value in phases.values()), phases
+    # Built ahead (tune()), the heuristics query and the builds ran before the tuning's own time.
+    ahead = ("heuristics", "build") if entry["prepared_ahead"] else ()
+    own = sum(value for name, value in phases.items() if name not in ("build_sum", *ahead))
+    assert own <= entry["seconds"] + 1e-3, entry
+    configs = entry["configs"]
+    by_name = {c["config"]: c for c in configs}
+    assert entry["stock_config"] in by_name and by_name[entry["stock_config"]]["rank"] == min(
+        c["rank"] for c in configs if c["runnable"] and c["rank"] >= 0)
+    if entry["pick"] is not None:
+        assert by_name[entry["pick"]]["runnable"] and by_name[entry["pick"]]["ms"] is not None
+    tried = [c for c in configs if c["build_s"] is not None]
+    built = [c for c in tried if not c["cached"]]
+    assert entry["built"] == len(built) and entry["built_rtc"] == sum(c["rtc"] for c in built)
+    assert entry["deferred_rtc"] == sum(c["rtc"] and c["build_s"] is None for c in configs)
+    assert all(c["build_s"] is not None for c in configs if c["runnable"])
+    listed = [c for c in tried if c["rank"] >= 0]  # knob-search builds count as knob_search
+    assert phases["build_sum"] == pytest.approx(sum(c["build_s"] for c in listed), rel=1e-3, abs=1e-3)
+
+
+def test_tune_builds_every_configuration_ahead_then_times_each():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 32, 3, stride=2, padding=1),
+        torch.nn.ReLU(), torch.nn.Conv2d(32, 32, 3, padding=1, groups=32),
+    ).cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(8, 16, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=torch.float16):
+        plan = torch_cudnn_algo.tune(model, x, progress=False)
+    log = torch_cudnn_algo.tuning_log()
+    assert len(log) == len(plan) == 8, log
+    for entry in log:
+        assert entry["prepared_ahead"], entry
+        assert_breakdown(entry)
+        assert entry["time_s"]["build"] > 0  # in the background threads
+    picks = {entry["pick"] for entry in log}
+    assert all(planned.choice in picks for planned in plan.entries.values()), (plan, log)
+
+
 def test_knob_search_tries_configurations_beyond_the_heuristics():
     x, w, grad = operands(seed=1)
     with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_knob_search=True):
         out = run_direction("fwd", x, w, grad)
     (entry,) = torch_cudnn_algo.tuning_log()
     assert entry["knob_configs"] > 0, entry
+    assert_breakdown(entry)
+    assert entry["time_s"]["knob_search"] > 0
     assert relative_error(out, float64_result("fwd", x, w, grad)) < 1e-2
     if entry["pick"] is not None and entry["pick"] != entry["stock_config"]:
         assert entry["pick_ms"] < entry["stock_config_ms"], entry

@@ -74,7 +74,24 @@ def tuning_log() -> list[dict[str, object]]:
     offered under the rules), ``timed``, ``knob_configs`` (configurations
     ``conv_knob_search`` tried beyond them), ``seconds`` (tuning time),
     ``workspace`` (bytes of the pick), ``max_rel_error`` (the pick's error
-    against float64, when it was checked; stock's configuration is not).
+    against float64, when it was checked: a pick other than stock's
+    configuration), ``stock_config_max_rel_error`` (stock's configuration's
+    error on the same operands) and ``max_rel_error_bound`` (what the pick was
+    allowed: twice stock's configuration's error plus the dtype's tolerance).
+
+    Where the time went: ``time_s`` (wall seconds: ``heuristics`` query,
+    plan ``build``, ``build_sum`` (each plan's build added up; builds run in
+    parallel), ``wait`` (for the builds :func:`tune` started ahead),
+    ``operands``, ``warmup``, ``timing``, ``accuracy`` (float64 reference and
+    error checks), ``knob_search``), ``prepared_ahead`` (built by
+    :func:`tune`'s background threads: ``heuristics`` and ``build`` then ran
+    before ``seconds`` started), ``built`` (plans built), ``built_rtc``,
+    ``listed_rtc`` and ``deferred_rtc`` (runtime-compiled configurations built,
+    among the first round's, and left unbuilt), and ``configs``: per
+    configuration considered, ``config``, ``rank`` (in the heuristics' list; -1
+    for knob search), ``rtc``, ``build_s`` (None: not built), ``cached``,
+    ``runnable``, ``warmup_ms`` (host ms of its first run) and ``ms`` (median
+    GPU ms, None: not timed).
     """
     return [json.loads(entry) for entry in _extension.ops().tuning_log()]
 

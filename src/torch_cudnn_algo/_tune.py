@@ -111,6 +111,11 @@ def collect_configurations(
     return configurations
 
 
+# tune() with policy "fastest" builds every configuration's candidates ahead, in
+# parallel (prepare_fastest_conv); False tunes one configuration after the other.
+_PREPARE_AHEAD = True
+
+
 def _decide_fastest(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> PlanEntry:
     entry = json.loads(_extension.ops().tune_fastest_conv(spec.direction, *spec.op_args(), deterministic,
                                                           allow_tf32))
@@ -197,13 +202,23 @@ def tune(
                                                          loss_fn=loss_fn)
                       if c[0].direction in directions]
     plan = Plan({}, policy=policy)
-    for spec, deterministic, allow_tf32, device in _progress(configurations, progress):
-        with torch.cuda.device(device):
-            if policy == "fastest":
-                entry = _decide_fastest(spec, deterministic, allow_tf32)
-            else:
-                entry = _decide_from_table(spec, deterministic, allow_tf32, policy)
-            if execution_plans:
-                entry = _with_execution_plan(spec, deterministic, allow_tf32, entry)
-            plan[spec] = entry
+    ops = _extension.ops()
+    try:
+        if policy == "fastest" and _PREPARE_AHEAD:
+            # Every configuration's candidate plans are built in background threads,
+            # configurations side by side, before the first is timed.
+            for spec, deterministic, allow_tf32, device in configurations:
+                with torch.cuda.device(device):
+                    ops.prepare_fastest_conv(spec.direction, *spec.op_args(), deterministic, allow_tf32)
+        for spec, deterministic, allow_tf32, device in _progress(configurations, progress):
+            with torch.cuda.device(device):
+                if policy == "fastest":
+                    entry = _decide_fastest(spec, deterministic, allow_tf32)
+                else:
+                    entry = _decide_from_table(spec, deterministic, allow_tf32, policy)
+                if execution_plans:
+                    entry = _with_execution_plan(spec, deterministic, allow_tf32, entry)
+                plan[spec] = entry
+    finally:
+        ops.cancel_prepared_fastest()  # an interrupted tune() leaves no thread building
     return plan
