@@ -168,6 +168,7 @@ double build_plans(const ConvKey& key, std::vector<Candidate>& candidates, const
     }
   };
   const size_t threads = std::min(max_threads, indices.size());
+  const WithoutGil unlocked;  // the builders (this thread among them) may log to Python
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
@@ -359,6 +360,7 @@ class PrepareQueue {
   // key's preparation, once done; nullopt if none was queued or it failed (the
   // tuning then prepares inline, and meets the error itself).
   std::optional<Prepared> take(const ConvKey& key) {
+    const WithoutGil unlocked;  // the builders may log to Python
     std::unique_lock<std::mutex> lock(mutex_);
     const auto it = slots_.find(key);
     if (it == slots_.end()) return std::nullopt;
@@ -371,6 +373,7 @@ class PrepareQueue {
 
   // Returns once nothing is queued or building, the threads joined.
   void wait_idle() {
+    const WithoutGil unlocked;  // the builders may log to Python
     std::vector<std::thread> finished;
     {
       std::unique_lock<std::mutex> lock(mutex_);

@@ -47,6 +47,19 @@ void warn_to_python(const std::string& message) {
   TORCH_CHECK(raised.empty(), raised);
 }
 
+WithoutGil::WithoutGil() {
+  if (!Py_IsInitialized()) return;
+  gil_state_ = static_cast<int>(PyGILState_Ensure());
+  thread_state_ = PyEval_SaveThread();
+  active_ = true;
+}
+
+WithoutGil::~WithoutGil() {
+  if (!active_) return;
+  PyEval_RestoreThread(static_cast<PyThreadState*>(thread_state_));
+  PyGILState_Release(static_cast<PyGILState_STATE>(gil_state_));
+}
+
 void log_to_python(LogLevel level, const std::string& message) {
   if (!Py_IsInitialized()) {
     return;

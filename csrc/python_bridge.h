@@ -21,6 +21,25 @@ void warn_to_python(const std::string& message);
 // a logging failure must not break a convolution.
 void log_to_python(LogLevel level, const std::string& message);
 
+// While alive, this thread does not hold the GIL, whether it held it before or
+// not (PyGILState_Ensure, then PyEval_SaveThread; undone on destruction). Wrap
+// every wait on threads that may log to Python (log_to_python takes the GIL):
+// a torch.ops call from Python holds the GIL, and waiting on such a thread
+// while holding it would deadlock both. Declare it before any lock guarding
+// the wait, so the lock is released before the GIL is taken back.
+class WithoutGil {
+ public:
+  WithoutGil();
+  ~WithoutGil();
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+
+ private:
+  bool active_ = false;
+  int gil_state_ = 0;               // PyGILState_STATE
+  void* thread_state_ = nullptr;    // PyThreadState*
+};
+
 // Calls the profiler the Python package installed (torch_cudnn_algo._C.
 // _set_profiler) with `request` (a Python dict literal, see python_request) and
 // the convolution's description, and returns its answer: the flag value of the candidate to run, "" for the
