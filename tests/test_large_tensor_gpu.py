@@ -11,8 +11,14 @@ test, which compares with the CPU's float16 result at atol=1e-3 (below one float
 step, 2^-9, at |y| >= 2), fails. What decides correctness is the exact result: each
 engine's output is judged against a float64 convolution of the same operands, without
 bias so that the output is one rounding of the float32 accumulation. Ours must be
-within one rounding step everywhere and not rounded the wrong way more often than
-stock's engine.
+off by more than one rounding step, and rounded the wrong way, no more often than
+stock's engine. (Neither is zero for any engine: a float32 sum of nine products that
+cancel to a float16 subnormal carries more than that subnormal's step of error.)
+
+Measured on an H100 (torch 2.11, cuDNN 9.19), seed 0: on the one-sample case ours is
+stock's result bit for bit; on the batch-splittable case our eng0 result is off by more
+than one step on 22,792 elements and wrongly rounded on 493,517, stock's implicit-GEMM
+result on 60,168 and 867,711: ours is the closer one.
 """
 
 from __future__ import annotations
@@ -94,7 +100,7 @@ def test_64bit_depthwise_rounds_as_well_as_stock(operands, shape, setting):
     print(f"{setting} {shape}: elements beyond one float16 step of float64: stock {stock_beyond}, ours "
           f"{ours_beyond}; not the correctly rounded value: stock {stock_wrong}, ours {ours_wrong}; "
           f"differing from stock: {int((ours != stock).sum())}")
-    assert ours_beyond == 0, "an element more than one rounding step from the exact result"
-    # Rounded the wrong way no more often than stock's engine (a float32 summation order
-    # flips a rounding on a few elements per ten thousand; 10% and 1000 elements of slack).
+    # No further from the exact result than stock's engine (a float32 summation order flips
+    # a rounding on a few elements per ten thousand; 10% and 1000 elements of slack).
+    assert ours_beyond <= 1.1 * stock_beyond + 1000
     assert ours_wrong <= 1.1 * stock_wrong + 1000
