@@ -509,17 +509,21 @@ def test_rounding_step_note():
     assert up.rounding_step_note(float("inf")) is None and up.rounding_step_note(None) is None
 
 
-def test_large_tensor_tests_run_alone_after_the_parallel_phase(tmp_path):
+def _run_on_large_file(tmp_path, *args):
+    """The script over SYNTHETIC_LARGE_TESTS: (completed process, out folder, marker file)."""
     test_file = tmp_path / "test_synthetic_large.py"
     test_file.write_text(SYNTHETIC_LARGE_TESTS)
     out, marker = tmp_path / "out", tmp_path / "marker.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_CONV_")}
     env["LARGE_TESTS_MARKER"] = str(marker)
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(test_file), "--settings", "legacy0,legacy1", "-j", "3", "-k", "test_",
-         "--no-preflight", "--timeout", "240", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env=env,
-    )
+    done = subprocess.run([sys.executable, str(SCRIPT), str(test_file), "--no-preflight", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+    return done, out, marker
+
+
+def test_large_tensor_tests_run_alone_after_the_parallel_phase(tmp_path):
+    done, out, marker = _run_on_large_file(tmp_path, "--settings", "legacy0,legacy1", "-j", "3", "-k", "test_",
+                                           "--timeout", "240")
     assert done.returncode == 0, done.stdout + done.stderr  # a tolerance miss is numerics, not ours
     # Run once per run, one after the other, after the parallel phase (stock first).
     assert marker.read_text().split() == ["stock", "0", "1"]
@@ -537,16 +541,8 @@ def test_large_tensor_tests_run_alone_after_the_parallel_phase(tmp_path):
 
 
 def test_large_tensor_tests_skip(tmp_path):
-    test_file = tmp_path / "test_synthetic_large.py"
-    test_file.write_text(SYNTHETIC_LARGE_TESTS)
-    out, marker = tmp_path / "out", tmp_path / "marker.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_CONV_")}
-    env["LARGE_TESTS_MARKER"] = str(marker)
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(test_file), "--settings", "legacy0", "-k", "test_", "--no-preflight",
-         "--large-tensor-tests", "skip", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env=env,
-    )
+    done, out, marker = _run_on_large_file(tmp_path, "--settings", "legacy0", "-k", "test_",
+                                           "--large-tensor-tests", "skip")
     assert done.returncode == 0, done.stdout + done.stderr
     assert not marker.exists()
     assert json.loads((out / "summary.json").read_text())["runs"][0]["passed"] == 1
@@ -575,16 +571,7 @@ def test_plan_settings(tmp_path):
 
 def test_a_selection_of_large_tensor_tests_alone_runs_them(tmp_path):
     """-k picking only large-tensor tests: the parallel phase runs nothing, the large phase all."""
-    test_file = tmp_path / "test_synthetic_large.py"
-    test_file.write_text(SYNTHETIC_LARGE_TESTS)
-    out, marker = tmp_path / "out", tmp_path / "marker.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_CONV_")}
-    env["LARGE_TESTS_MARKER"] = str(marker)
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(test_file), "--settings", "legacy0", "-k", "test_large",
-         "--no-preflight", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env=env,
-    )
+    done, out, marker = _run_on_large_file(tmp_path, "--settings", "legacy0", "-k", "test_large")
     assert done.returncode == 0, done.stdout + done.stderr
     assert marker.read_text().split() == ["stock", "0"]
     stock, legacy0 = json.loads((out / "summary.json").read_text())["runs"]
