@@ -24,9 +24,10 @@ void log_to_python(LogLevel level, const std::string& message);
 // While alive, this thread does not hold the GIL, whether it held it before or
 // not (PyGILState_Ensure, then PyEval_SaveThread; undone on destruction). Wrap
 // every wait on threads that may log to Python (log_to_python takes the GIL):
-// a torch.ops call from Python holds the GIL, and waiting on such a thread
-// while holding it would deadlock both. Declare it before any lock guarding
-// the wait, so the lock is released before the GIL is taken back.
+// waiting on such a thread while holding the GIL would deadlock both. Calls
+// through torch's Python bindings (torch.ops included) already run without
+// the GIL, but a C++ or pybind11 caller may hold it. Declare it before any
+// lock guarding the wait, so the lock is released before the GIL is taken back.
 class WithoutGil {
  public:
   WithoutGil();
