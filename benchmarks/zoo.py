@@ -19,7 +19,7 @@ Per network, fresh child processes (this script with ``--child``), because first
   ``"fastest"`` tunes), then the ``eager``, ``host`` and ``gpu`` sections;
 - ``plan_first_step``: ``TORCH_CUDNN_ALGO_PLAN=<that file>``, the first step (``first_step_s.plan``);
 - ``names_first_step``: the same plan with its execution plans left out (choices only), the first
-  step (``first_step_s.plan_names``): what the heuristics cost (stock - names) and what building the
+  step (``first_step_plan_names_s``): what the heuristics cost (stock - names) and what building the
   chosen plans, runtime compilation included, costs (names - plan), without instrumenting cuDNN;
 - ``benchmark``: ``torch.backends.cudnn.benchmark = True`` from the start, the first step
   (``benchmark_search_s``), then the step's GPU time by CUDA-graph replay of stock's benchmark
