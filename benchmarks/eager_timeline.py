@@ -38,6 +38,7 @@ from contextlib import contextmanager
 import torch
 
 import torch_cudnn_algo as tca
+from torch_cudnn_algo._step_timing import wall_ms
 
 CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
 
@@ -77,15 +78,6 @@ def mode_active(mode: str, plans: dict[str, tca.Plan]) -> Iterator[None]:
     else:
         with tca.use_plan(plans[mode]):
             yield
-
-
-def timed_steps(step: Callable[[], None], steps: int) -> float:
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3 / steps
 
 
 def summarize_profile(prof: torch.profiler.profile, steps: int) -> dict[str, object]:
@@ -208,14 +200,14 @@ def main() -> int:
     modes = ["stock", "plan", "fastest", "plan_all_stock", "plan_fwd", "plan_bwd"]
     for mode in modes:  # warm-up: the fastest policy tunes here, allocator pools fill
         with mode_active(mode, plans):
-            timed_steps(step, 3)
+            wall_ms(step, 3)
     wall: dict[str, list[float]] = {mode: [] for mode in modes}
     for r in range(args.rounds):
         order = modes if r % 2 == 0 else list(reversed(modes))
         for mode in order:
             with mode_active(mode, plans):
-                timed_steps(step, 2)
-                wall[mode].append(timed_steps(step, args.steps))
+                wall_ms(step, 2)
+                wall[mode].append(wall_ms(step, args.steps))
         log(f"round {r}: " + "  ".join(f"{m} {wall[m][-1]:.2f}" for m in modes))
     result: dict[str, object] = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -71,6 +71,7 @@ from typing import Any
 import torch
 
 import torch_cudnn_algo
+from torch_cudnn_algo import _step_timing
 from graph_timing import capture_step, replay_ms
 from report_render import device_slug
 from torch_cudnn_algo._build import cudnn_version_string as cudnn_text
@@ -669,11 +670,7 @@ def warm_up_cuda() -> None:
 
 def step_seconds(trainer: Trainer) -> float:
     """Wall seconds of one training step, the GPU drained before and after."""
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    trainer.step()
-    torch.cuda.synchronize()
-    return time.perf_counter() - started
+    return _step_timing.step_seconds(trainer.step)
 
 
 def steps_ms(trainer: Trainer, steps: int) -> float:
