@@ -12,7 +12,12 @@ Per network, in this process (run one process per network for cold-start numbers
 
 Prints one summary line per network (the tuning log's ``time_s`` phases and counts added up)
 and, with ``--jsonl PATH``, appends the network's full tuning log to PATH. ``--summarize``
-renders such files as a markdown table. The tuner's own settings come from the environment
+renders such files as a markdown table; ``--trade`` replays the pick rule on such files' logs
+(each configuration's median GPU ms and host µs per candidate) for first rounds of 4 and all
+timed candidates, under three launch-cost rules: none (GPU time alone), the 2x trade the tuner
+makes (beyond 10% + 2 µs more host time per call, a pick must save twice that in GPU time), and
+no allowance beyond 10% + 2 µs; it prints the picks' GPU ms and host µs summed over the
+configurations against stock's configuration's. The tuner's own settings come from the environment
 (``TORCH_CUDNN_ALGO_TUNE_CANDIDATES``, ``TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES``,
 ``TORCH_CUDNN_ALGO_TUNE_THREADS``); ``--no-prepare-ahead`` makes ``tune()`` build each
 configuration's candidates only when it tunes it.
@@ -21,7 +26,9 @@ configuration's candidates only when it tunes it.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import math
 import os
 import sys
 import time
@@ -110,6 +117,63 @@ def measure(args: argparse.Namespace) -> None:
         torch.cuda.empty_cache()
 
 
+def read_records(path: str) -> list[dict]:
+    """The JSONL file's records (gzip-compressed when its name ends in .gz)."""
+    text = gzip.open(path, "rt").read() if path.endswith(".gz") else Path(path).read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+# The launch-cost rules --trade compares: GPU time saved required per µs of host time added
+# beyond the free allowance (None: any; inf: none allowed).
+TRADE_RULES = {"gpu time alone": None, "2x trade": 2.0, "no trade": math.inf}
+FREE_HOST_INCREASE, FREE_HOST_SLACK_US, MIN_GAIN = 0.10, 2.0, 0.01
+
+
+def replay_pick(entry: dict, first_round: int | None, saved_per_added: float | None) -> dict | None:
+    """The timed candidate the tuner's GPU-time and launch-cost rules pick among the first
+    ``first_round`` ranks (None: every timed one); stock's configuration when none qualifies.
+    The float64 accuracy check is not replayed (it is not in the log per candidate)."""
+    by_name = {c["config"]: c for c in entry["configs"]}
+    stock = by_name.get(entry["stock_config"])
+    if stock is None or stock.get("ms") is None or stock.get("host_us") is None:
+        return None
+    best = stock
+    for c in entry["configs"]:
+        if c.get("ms") is None or c["rank"] < 0 or (first_round is not None and c["rank"] >= first_round):
+            continue
+        if c["ms"] >= stock["ms"] * (1 - MIN_GAIN) or c["ms"] >= best["ms"]:
+            continue
+        added_us = c["host_us"] - (stock["host_us"] * (1 + FREE_HOST_INCREASE) + FREE_HOST_SLACK_US)
+        saved_us = (stock["ms"] - c["ms"]) * 1e3
+        if added_us > 0 and saved_per_added is not None and saved_us < saved_per_added * added_us:
+            continue
+        best = c
+    return best
+
+
+def trade_table(paths: list[str]) -> str:
+    """Markdown: per network and rule, the picks' summed GPU ms and host µs vs stock's configuration's."""
+    lines = ["| network | label | first round | rule | stock config ms | picks ms | stock/picks | host µs added |",
+             "|---|---|---|---|--:|--:|--:|--:|"]
+    for path in paths:
+        for record in read_records(path):
+            for first_round in (4, None):
+                for rule, saved_per_added in TRADE_RULES.items():
+                    stock_ms = picks_ms = added_us = 0.0
+                    for entry in record["log"]:
+                        pick = replay_pick(entry, first_round, saved_per_added)
+                        if pick is None:
+                            continue
+                        stock = next(c for c in entry["configs"] if c["config"] == entry["stock_config"])
+                        stock_ms += stock["ms"]
+                        picks_ms += pick["ms"]
+                        added_us += pick["host_us"] - stock["host_us"]
+                    lines.append(f"| {record['network']} | {record.get('label', '')} | "
+                                 f"{first_round or 'all timed'} | {rule} | {stock_ms:.3f} | {picks_ms:.3f} | "
+                                 f"{stock_ms / picks_ms if picks_ms else float('nan'):.3f} | {added_us:+.0f} |")
+    return "\n".join(lines)
+
+
 def table(paths: list[str]) -> str:
     """Markdown: one row per network and run of the JSONL files."""
     columns = ["network", "label", "mode", "configurations", "tuning_s", "heuristics", "build", "build_sum", "wait",
@@ -117,8 +181,7 @@ def table(paths: list[str]) -> str:
                "rtc_build_sum", "non_stock_picks", "pick_ms_sum", "stock_config_ms_sum"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for path in paths:
-        for line in Path(path).read_text().splitlines():
-            record = json.loads(line)
+        for record in read_records(path):
             record.update(summarize(record["log"]))
             lines.append("| " + " | ".join(str(record.get(c, "")) for c in columns) + " |")
     return "\n".join(lines)
@@ -132,9 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-prepare-ahead", action="store_true", help="tune() builds each configuration in turn")
     parser.add_argument("--jsonl", help="append each network's record and full tuning log to this file")
     parser.add_argument("--summarize", nargs="+", metavar="JSONL", help="print a markdown table of JSONL files")
+    parser.add_argument("--trade", nargs="+", metavar="JSONL",
+                        help="replay the pick rules on JSONL files' logs (see above); prints a markdown table")
     args = parser.parse_args(argv)
     if args.summarize:
         print(table(args.summarize))
+        return 0
+    if args.trade:
+        print(trade_table(args.trade))
         return 0
     if not args.networks:
         parser.error("name at least one network")

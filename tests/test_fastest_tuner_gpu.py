@@ -100,6 +100,14 @@ def assert_breakdown(entry):
         c["rank"] for c in configs if c["runnable"] and c["rank"] >= 0)
     if entry["pick"] is not None:
         assert by_name[entry["pick"]]["runnable"] and by_name[entry["pick"]]["ms"] is not None
+    assert all((c["ms"] is None) == (c["host_us"] is None) for c in configs)
+    if entry["pick"] not in (None, entry["stock_config"]):
+        # The launch-cost trade (design.md, "fastest"): beyond 10% + 2 µs more host time per
+        # call, a pick saves at least twice the host time it adds in GPU time.
+        pick, stock = by_name[entry["pick"]], by_name[entry["stock_config"]]
+        host_added_us = pick["host_us"] - (stock["host_us"] * 1.10 + 2.0)
+        gpu_saved_us = (stock["ms"] - pick["ms"]) * 1e3
+        assert host_added_us <= 0 or gpu_saved_us >= 2 * host_added_us * (1 - 1e-4), entry
     tried = [c for c in configs if c["build_s"] is not None]
     built = [c for c in tried if not c["cached"]]
     assert entry["built"] == len(built) and entry["built_rtc"] == sum(c["rtc"] for c in built)

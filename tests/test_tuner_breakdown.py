@@ -54,3 +54,24 @@ def test_summarize_renders_jsonl_records_as_a_table(tmp_path: Path) -> None:
     assert len(lines) == 3 and lines[0].startswith("| network | label | mode |")
     assert lines[2].startswith("| mobilenet_v3_large | k4 | tune | 2 | 4.2 |")
     assert tuner_breakdown.main(["--summarize", str(path)]) == 0
+
+
+def test_trade_replays_the_launch_cost_rules(tmp_path: Path) -> None:
+    # Stock's configuration: 1 ms, 10 µs to launch (free allowance: up to 13 µs).
+    # rank 1: 0.9 ms for 62 µs (49 µs beyond the allowance, 100 µs saved: within the 2x trade);
+    # rank 2: 0.5 ms for 800 µs (500 µs saved: too little for 787 µs); rank 5: 0.95 ms, 12 µs.
+    configs = [{"config": "s", "rank": 0, "ms": 1.0, "host_us": 10.0},
+               {"config": "a", "rank": 1, "ms": 0.9, "host_us": 62.0},
+               {"config": "b", "rank": 2, "ms": 0.5, "host_us": 800.0},
+               {"config": "c", "rank": 5, "ms": 0.95, "host_us": 12.0},
+               {"config": "unbuilt", "rank": 3, "ms": None, "host_us": None}]
+    log_entry = {"stock_config": "s", "configs": configs}
+    picks = {(first_round, rule): tuner_breakdown.replay_pick(log_entry, first_round, saved)["config"]
+             for first_round in (4, None) for rule, saved in tuner_breakdown.TRADE_RULES.items()}
+    assert picks == {(4, "gpu time alone"): "b", (4, "2x trade"): "a", (4, "no trade"): "s",
+                     (None, "gpu time alone"): "b", (None, "2x trade"): "a", (None, "no trade"): "c"}
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps({"network": "n", "label": "x", "log": [log_entry]}) + "\n")
+    rows = tuner_breakdown.trade_table([str(path)]).splitlines()[2:]
+    assert rows[1] == "| n | x | 4 | 2x trade | 1.000 | 0.900 | 1.111 | +52 |"
+    assert rows[5] == "| n | x | all timed | no trade | 1.000 | 0.950 | 1.053 | +2 |"

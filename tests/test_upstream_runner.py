@@ -370,7 +370,7 @@ file `/x/test_convolution.py`, `-k CUDA or cuda or cudnn`, torch 2.11.0+cu130 (g
 | stock | - | 10 | 1 | 2 | 0 | 0 | - | - | - | 61.2 s |
 | fft | fwd=4 bwd_data=2 bwd_filter=2 | 8 | 2 | 2 | 0 | 1 | 1 | 1 | 1 | 80.0 s |
 
-Counts are the parallel runs'; *ours* and *numerics* count the tests that pass stock and fail under the setting, confirmed by a re-run alone on the GPU; *cleared* failed in the parallel run and passed alone.
+Counts are the parallel runs', the large-tensor tests' results (run alone, after them) in place; *time*: the parallel run's, + the large-tensor run's. *ours* and *numerics* count the tests that pass stock and fail under the setting, confirmed by a re-run alone on the GPU; *cleared* failed in the parallel run and passed alone.
 
 Stock failures re-run alone: 1; passed alone: 0, still failing: 1.
 - stock fails: `T::test_net`: ours: other: URLError: no network
@@ -537,7 +537,9 @@ def test_large_tensor_tests_run_alone_after_the_parallel_phase(tmp_path):
     assert regression["class"] == "numerics" and regression["confirmed"]
     assert "one rounding step (ulp) of float16 values in [2, 4)" in regression["detail"]
     assert not (out / "rerun-legacy0").exists()  # it ran alone already: not run a third time
-    assert "large-tensor phase: test_large_rounds_differently_under_setting" in done.stderr
+    assert "large-tensor phase: those of test_large_rounds_differently_under_setting that -k selects" in done.stderr
+    assert all(run["large_duration"] > 0 for run in summary["runs"])
+    assert " s + " in (out / "summary.md").read_text()  # time: the parallel run's + the large-tensor run's
 
 
 def test_large_tensor_tests_skip(tmp_path):

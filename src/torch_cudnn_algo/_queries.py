@@ -90,8 +90,9 @@ def tuning_log() -> list[dict[str, object]]:
     among the first round's, and left unbuilt), and ``configs``: per
     configuration considered, ``config``, ``rank`` (in the heuristics' list; -1
     for knob search), ``rtc``, ``build_s`` (None: not built), ``cached``,
-    ``runnable``, ``warmup_ms`` (host ms of its first run) and ``ms`` (median
-    GPU ms, None: not timed).
+    ``runnable``, ``warmup_ms`` (host ms of its first run), ``ms`` (median
+    GPU ms, None: not timed) and ``host_us`` (median host µs to enqueue one
+    call, None: not timed).
     """
     return [json.loads(entry) for entry in _extension.ops().tuning_log()]
 

@@ -197,7 +197,7 @@ class Runner:
         results alone (no re-run repeats them)."""
         if self.config.large_tensor_tests != "alone" or not self.large:
             return
-        self.say(f"large-tensor phase: {', '.join(self.large)}, one run at a time")
+        self.say(f"large-tensor phase: those of {', '.join(self.large)} that -k selects, one run at a time")
         for name, setting in zip(names, all_runs):
             run = self.run_pytest(f"large-{name}", setting, None, large=True)
             self.say(f"large-{name}: {self._summary_line(run)}")

@@ -78,6 +78,9 @@ def build_summary(config: Config, found: JobResults, phase: str, elapsed: float)
             totals["candidates"] += entry["rerun_candidates"]
             totals["confirmed"] += sum(1 for r in entry["regressions"] if r["test"] != "(run)")
             totals["cleared"] += len(entry["cleared"])
+    for entry in runs_json:  # the large-tensor tests ran in a process of their own
+        large = found.large.get(entry["setting"])
+        entry["large_duration"] = round(large.duration, 1) if large is not None else None
     ours = any(r["class"] == "ours" for run in runs_json for r in run["regressions"])
     git_version = found.torch_info.get("git_version")
     return {
@@ -207,14 +210,16 @@ def render_markdown(summary: Mapping) -> str:
             "-" if is_stock else ours,
             "-" if is_stock else numerics,
             "-" if is_stock else len(run.get("cleared", [])),
-            f"{run.get('duration', 0.0):.1f} s",
+            f"{run.get('duration', 0.0):.1f} s"
+            + (f" + {run['large_duration']:.1f} s" if run.get("large_duration") is not None else ""),
         ]
         out.append("| " + " | ".join(_cell(x) for x in row) + " |")
     out += [
         "",
-        "Counts are the parallel runs'; *ours* and *numerics* count the tests that pass stock and "
-        "fail under the setting, confirmed by a re-run alone on the GPU; *cleared* failed in the "
-        "parallel run and passed alone.",
+        "Counts are the parallel runs', the large-tensor tests' results (run alone, after them) "
+        "in place; *time*: the parallel run's, + the large-tensor run's. *ours* and *numerics* "
+        "count the tests that pass stock and fail under the setting, confirmed by a re-run alone on "
+        "the GPU; *cleared* failed in the parallel run and passed alone.",
     ]
     run_errors = [(run["setting"], run["run_error"]) for run in summary.get("runs", []) if run.get("run_error")]
     if run_errors:
