@@ -42,9 +42,9 @@ constexpr size_t kFirstRoundCandidates = 4;
 // Grouped convolutions that are not depthwise (several channels per group) time
 // ten, as stock's benchmark mode does: there the heuristics rank the fastest
 // engines lower. On regnety_016 (group width 24) the picks among ranks 4-9 ran
-// its grouped 3x3 layers 2-2.6x faster than the best of the first 4, 0.53 ms
-// of the 0.55 ms per step the lower ranks saved over the whole network; on
-// resnext50_32x4d, efficientnet_b0 and the plain networks they saved 0-0.01 ms.
+// its grouped 3x3 layers 2-2.6x faster than the best of the first 4: 0.53 of
+// the 0.55 ms the lower ranks saved, summed over the network's distinct
+// configurations; on resnext50_32x4d and efficientnet_b0 they saved 0.01 ms.
 constexpr size_t kGroupedFirstRoundCandidates = 10;
 constexpr int kFirstRoundReps = 3;
 // Runtime-compiled configurations (RUNTIME_COMPILATION note) built besides
