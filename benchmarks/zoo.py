@@ -17,7 +17,8 @@ Per network, fresh child processes (this script with ``--child``), because first
 - ``main``: the first step with stock heuristics (``first_step_s.stock``), ``tune()``
   (``tune_s``; the plan is saved to a temporary file), one untimed warm-up of every mode (where
   ``"fastest"`` tunes), then the ``eager``, ``host`` and ``gpu`` sections;
-- ``plan_first_step``: ``TORCH_CUDNN_ALGO_PLAN=<that file>``, the first step (``first_step_s.plan``);
+- ``plan_first_step``: ``TORCH_CUDNN_ALGO_PLAN=<that file>``, the first step (``first_step_s.plan``;
+  ``first_step_plan_build_counts``: the plans built and deserialised in it, and the µs each took);
 - ``names_first_step``: the same plan with its execution plans left out (choices only), the first
   step (``first_step_plan_names_s``): what the heuristics cost (stock - names) and what building the
   chosen plans, runtime compilation included, costs (names - plan), without instrumenting cuDNN;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -29,6 +30,10 @@ namespace torch_cudnn_algo {
 namespace {
 
 namespace fe = cudnn_frontend;
+
+int64_t microseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Points the frontend at the cuDNN torch already loaded (same soname, so
 // RTLD_NOLOAD finds it): one cuDNN per process.
@@ -508,8 +513,11 @@ std::shared_ptr<const Plan> plan_from_blob(const ConvKey& key, const EngineName&
   const auto blob = plan_blob_for(key, wanted.canonical);
   // A blob is made for one GPU model; a device of another (a mixed host) builds.
   if (!blob || blob->gpu != gpu_model_name(key.device)) return nullptr;
+  const auto started = std::chrono::steady_clock::now();
   std::string why;
-  if (auto plan = deserialize_graph_plan(key, wanted, blob->data, &why)) {
+  auto plan = deserialize_graph_plan(key, wanted, blob->data, &why);
+  add_plan_deserialize_us(microseconds_since(started));
+  if (plan) {
     count_plan_deserialized();
     return plan;
   }
@@ -578,8 +586,10 @@ std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string
   return graph_cache().get(GraphKey{key, engine}, created, [&] {
     const EngineName wanted = parse_engine_name(engine);
     if (auto plan = plan_from_blob(key, wanted)) return plan;
-    count_plan_built();
-    return build_graph_plan(key, wanted);
+    const auto started = std::chrono::steady_clock::now();
+    std::shared_ptr<const Plan> plan = build_graph_plan(key, wanted);
+    count_plan_built(microseconds_since(started));
+    return plan;
   });
 }
 

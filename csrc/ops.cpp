@@ -383,6 +383,8 @@ c10::Dict<std::string, int64_t> plan_build_counts_op() {
   out.insert("built", counts.built);
   out.insert("deserialized", counts.deserialized);
   out.insert("deserialize_failed", counts.deserialize_failed);
+  out.insert("build_us", counts.build_us);
+  out.insert("deserialize_us", counts.deserialize_us);
   return out;
 }
 

@@ -12,6 +12,8 @@ namespace {
 std::atomic<int64_t> g_built{0};
 std::atomic<int64_t> g_deserialized{0};
 std::atomic<int64_t> g_deserialize_failed{0};
+std::atomic<int64_t> g_build_us{0};
+std::atomic<int64_t> g_deserialize_us{0};
 
 }  // namespace
 
@@ -45,8 +47,13 @@ std::string gpu_model_name(int device) {
   return at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device))->name;
 }
 
-void count_plan_built() {
+void count_plan_built(int64_t us) {
   g_built.fetch_add(1, std::memory_order_relaxed);
+  g_build_us.fetch_add(us, std::memory_order_relaxed);
+}
+
+void add_plan_deserialize_us(int64_t us) {
+  g_deserialize_us.fetch_add(us, std::memory_order_relaxed);
 }
 
 void count_plan_deserialized() {
@@ -59,7 +66,8 @@ void count_plan_deserialize_failed() {
 
 PlanBuildCounts plan_build_counts() {
   return {g_built.load(std::memory_order_relaxed), g_deserialized.load(std::memory_order_relaxed),
-          g_deserialize_failed.load(std::memory_order_relaxed)};
+          g_deserialize_failed.load(std::memory_order_relaxed), g_build_us.load(std::memory_order_relaxed),
+          g_deserialize_us.load(std::memory_order_relaxed)};
 }
 
 }  // namespace torch_cudnn_algo

@@ -69,6 +69,9 @@ def test_a_fresh_process_loading_the_plan_compiles_nothing_and_matches_bit_for_b
     assert report["counts_before_step"] == {"built": 0, "deserialized": 0, "deserialize_failed": 0}
     assert report["counts"] == {"built": len(entries) - with_blob, "deserialized": with_blob,
                                 "deserialize_failed": 0}, (report["counts"], report["unavailable"])
+    # The step's plan time, split: rebuilding from execution plans, and building the rest.
+    assert report["microseconds"]["deserialize_us"] > 0
+    assert (report["microseconds"]["build_us"] > 0) == (len(entries) > with_blob), report["microseconds"]
     # A deserialised plan is the built one: same configuration, same workspace.
     built = plans_by_name(built_report)
     deserialized = [p for p in report["graph_plans"] if p["deserialized"]]
@@ -94,6 +97,7 @@ def test_execution_plans_made_for_another_gpu_are_ignored_with_one_warning(saved
     report, stderr = run_job("load", str(outputs), TORCH_CUDNN_ALGO_PLAN=str(foreign))
     assert stderr.count("built execution plans are ignored") == 1, stderr
     assert report["counts"] == {"built": len(report["entries"]), "deserialized": 0, "deserialize_failed": 0}
+    assert report["microseconds"]["deserialize_us"] == 0 and report["microseconds"]["build_us"] > 0
     assert report["identical"] == {"out": True, "grads": True}
 
 
@@ -112,6 +116,7 @@ def test_an_execution_plan_cudnn_cannot_load_is_built_with_one_warning_per_entry
     report, stderr = run_job("load", str(outputs), TORCH_CUDNN_ALGO_PLAN=str(broken))
     with_blob = len(report["with_execution_plan"])
     assert report["counts"] == {"built": len(report["entries"]), "deserialized": 0, "deserialize_failed": with_blob}
+    assert report["microseconds"]["deserialize_us"] > 0  # the failed attempts count too
     failures = [w for w in report["warnings"] if "cannot load here" in w]
     assert len(failures) == with_blob, report["warnings"]
     assert report["identical"] == {"out": True, "grads": True}

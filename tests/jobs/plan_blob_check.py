@@ -29,6 +29,7 @@ from torch import nn
 import torch_cudnn_algo
 
 BATCH, IMAGE = 8, 64
+COUNTS = ("built", "deserialized", "deserialize_failed")  # plan_build_counts()'s counts; the rest are times
 
 
 def network() -> tuple[nn.Module, torch.Tensor]:
@@ -78,9 +79,11 @@ def main(argv: list[str]) -> dict:
             assert plan is not None, "TORCH_CUDNN_ALGO_PLAN was not applied"
         before = torch_cudnn_algo.plan_build_counts()
         outputs = step(model, x)
+    after = torch_cudnn_algo.plan_build_counts()
     report = {
-        "counts_before_step": before,
-        "counts": torch_cudnn_algo.plan_build_counts(),
+        "counts_before_step": {k: before[k] for k in COUNTS},
+        "counts": {k: after[k] for k in COUNTS},
+        "microseconds": {k: after[k] - before[k] for k in ("build_us", "deserialize_us")},
         "runs": torch_cudnn_algo.plan_run_counts(),
         "graph_plans": graph_plans(),
         "entries": {str(c): e.choice for c, e in plan.entries.items()},
