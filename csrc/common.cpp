@@ -1,5 +1,10 @@
 #include "common.h"
 
+#include <c10/util/env.h>
+
+#include <mutex>
+#include <set>
+
 namespace torch_cudnn_algo {
 
 const char* direction_name(Direction direction) {
@@ -35,6 +40,22 @@ Direction parse_direction(const std::string& name) {
   }
   TORCH_CHECK_VALUE(false, "torch_cudnn_algo: unknown direction '", name,
                     "'; valid directions are 'fwd', 'bwd_data', 'bwd_filter'");
+}
+
+int64_t env_int(const char* name, int64_t fallback) {
+  if (const auto text = c10::utils::get_env(name)) {
+    try {
+      return std::stoll(*text);
+    } catch (const std::exception&) {
+      static std::mutex mutex;
+      static std::set<std::string> warned;  // once per setting: some are read on every tuning
+      std::lock_guard<std::mutex> lock(mutex);
+      if (warned.insert(name).second) {
+        TORCH_WARN("torch_cudnn_algo: ignoring ", name, "=", *text, " (expected an integer)");
+      }
+    }
+  }
+  return fallback;
 }
 
 }  // namespace torch_cudnn_algo

@@ -5,6 +5,7 @@
 #include <ATen/cudnn/cudnn-wrapper.h>
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <string>
 
 namespace torch_cudnn_algo {
@@ -23,6 +24,9 @@ const char* direction_flag_name(Direction direction);
 
 // Parses "fwd" / "bwd_data" / "bwd_filter"; a ValueError names the valid ones.
 Direction parse_direction(const std::string& name);
+
+// An integer setting from the environment, or `fallback` (a bad value warns once per name).
+int64_t env_int(const char* name, int64_t fallback);
 
 }  // namespace torch_cudnn_algo
 

@@ -27,6 +27,7 @@ struct ConfigChoices {
 // Read with std::atomic_load: a published ConfigChoices is immutable.
 std::shared_ptr<const ConfigChoices> g_in_force;
 std::array<std::atomic<bool>, kNumDirections> g_covers{};
+std::atomic<uint64_t> g_generation{0};
 // Staging runs under the GIL, but nothing here relies on that.
 std::mutex g_stage_mutex;
 ConfigChoices g_staged;
@@ -42,6 +43,7 @@ void publish(std::shared_ptr<const ConfigChoices> choices) {
     for (const auto& key : choices->order) covers[static_cast<int>(key.dir())] = true;
   }
   std::atomic_store(&g_in_force, std::move(choices));
+  g_generation.fetch_add(1);
   for (int i = 0; i < kNumDirections; ++i) g_covers[i].store(covers[i]);
 }
 
@@ -103,6 +105,10 @@ std::shared_ptr<const ConfigChoice> config_choice(const ConvKey& key) {
 
 bool config_choices_cover(Direction direction) {
   return g_covers[static_cast<int>(direction)].load(std::memory_order_relaxed);
+}
+
+uint64_t config_choices_generation() {
+  return g_generation.load();
 }
 
 std::vector<std::shared_ptr<const ConfigChoice>> config_choices_in_force() {

@@ -56,6 +56,10 @@ std::shared_ptr<const ConfigChoice> config_choice(const ConvKey& key);
 // pass through the overrides). One atomic load: called on every convolution.
 bool config_choices_cover(Direction direction);
 
+// Counts the plans put in force (commit_config_choices): what tells a cache
+// made for one plan from the next plan's, even at a reused address.
+uint64_t config_choices_generation();
+
 // The entries in force, in staging order.
 std::vector<std::shared_ptr<const ConfigChoice>> config_choices_in_force();
 

@@ -13,7 +13,6 @@
 #include <c10/core/Event.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <c10/util/env.h>
 
 #include <algorithm>
 #include <atomic>
@@ -122,18 +121,6 @@ struct Candidate {
     return values[values.size() / 2];
   }
 };
-
-// An integer setting from the environment, or `fallback` (a bad value warns once).
-int64_t env_int(const char* name, int64_t fallback) {
-  if (const auto text = c10::utils::get_env(name)) {
-    try {
-      return std::stoll(*text);
-    } catch (const std::exception&) {
-      TORCH_WARN_ONCE("torch_cudnn_algo: ignoring ", name, "=", *text, " (expected an integer)");
-    }
-  }
-  return fallback;
-}
 
 size_t build_threads() {
   const int64_t fallback = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);

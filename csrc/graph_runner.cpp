@@ -1,11 +1,15 @@
 #include "graph_runner.h"
 
+#include "config_choices.h"
 #include "cudnn_handle.h"
 #include "plan_blobs.h"
 #include "plan_cache.h"
+#include "plan_prefetch.h"
 #include "python_bridge.h"
 #include "variant_pack_cache.h"
 
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
 
@@ -455,32 +459,89 @@ bool names_configuration(const EngineName& wanted, const EngineName& built) {
   });
 }
 
-// The plan running `wanted` on key's problem rebuilt from `blob`, a serialised
-// plan of the same problem: no heuristics query, no engine build, no runtime
-// compilation. nullptr when it cannot serve: with *why set when the blob is
-// at fault, empty when the contract's rules refuse the configuration (the
-// regular build then reports that refusal, with the alternatives).
-std::shared_ptr<const Plan> deserialize_graph_plan(const ConvKey& key, const EngineName& wanted,
-                                                   const std::vector<uint8_t>& blob,
-                                                   std::string* why) {
+// A blob deserialised into a graph and not yet checked against a call's
+// configuration or settings: what a prefetch worker hands over.
+struct LoadedGraph {
+  std::unique_ptr<ConvGraph> graph;  // nullptr when cuDNN could not load the blob
+  std::string why;                   // then: why not
+  int64_t us = 0;                    // how long loading took
+};
+
+// `blob` deserialised on the current device. No warm-up capture (run_warmup):
+// the first call may itself be under CUDA graph capture, and a freshly built
+// plan is not warmed up either.
+LoadedGraph load_plan_blob(const std::vector<uint8_t>& blob) {
   bind_frontend_to_cudnn();
-  auto plan = std::make_shared<GraphPlan>();
-  plan->key = key;
-  plan->graph = std::make_unique<ConvGraph>();
-  ConvGraph& graph = *plan->graph;
+  const auto started = std::chrono::steady_clock::now();
+  LoadedGraph loaded;
+  loaded.graph = std::make_unique<ConvGraph>();
   try {
-    // No warm-up capture (run_warmup): the first call may itself be under CUDA
-    // graph capture, and a freshly built plan is not warmed up either.
-    const auto status = graph.deserialize(current_cudnn_handle(), blob,
-                                          /*enforce_precompiled=*/true, /*run_warmup=*/false);
-    if (status.is_bad()) {
-      *why = message_of(status);
-      return nullptr;
-    }
+    const auto status = loaded.graph->deserialize(current_cudnn_handle(), blob,
+                                                  /*enforce_precompiled=*/true, /*run_warmup=*/false);
+    if (status.is_bad()) loaded.why = message_of(status);
   } catch (const std::exception& error) {  // the UBJSON parser and cuDNN's plan loader throw
-    *why = error.what();
+    loaded.why = error.what();
+  }
+  if (!loaded.why.empty()) loaded.graph.reset();
+  loaded.us = microseconds_since(started);
+  return loaded;
+}
+
+// load_plan_blob on a prefetch worker thread.
+LoadedGraph load_plan_blob_ahead(const PlanBlob& blob, int device) {
+  try {
+    const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
+    // PyTorch captures CUDA graphs in the global mode, where a potentially
+    // unsafe CUDA call (a cuDNN handle's allocation, a module load) from any
+    // thread in that mode invalidates another thread's capture; in the
+    // relaxed mode this thread's calls leave the capture alone.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    return load_plan_blob(blob.data);
+  } catch (const std::exception& error) {  // the caller then loads it itself, and warns if it fails
+    LoadedGraph failed;
+    failed.why = error.what();
+    return failed;
+  }
+}
+
+// The worker threads that load a plan's blobs ahead of their first calls (see
+// plan_prefetch.h): TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS, 0 for none, by
+// default 2. Loads contend inside cuDNN: on the H100 a blob took 15 ms alone
+// and 70 ms beside 7 others, and 1, 2, 4 or 8 workers gave the same first
+// steps within noise (conv_tasnet 0.36-0.42 s, resnet50_amp 0.46-0.55 s,
+// mobilenet_v3_large 0.51-0.76 s; none: 0.58, 0.72, 1.45 s), 2 the steadiest.
+BlobPrefetcher<LoadedGraph>& blob_prefetcher() {
+  static auto* prefetcher = new BlobPrefetcher<LoadedGraph>(  // leaked, as the plan cache
+      load_plan_blob_ahead,
+      static_cast<size_t>(std::max<int64_t>(0, env_int("TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS", 2))));
+  return *prefetcher;
+}
+
+// Every blob the plan in force carries for a GPU of `gpu`'s model.
+std::vector<std::shared_ptr<const PlanBlob>> plan_blobs_for_gpu(const std::string& gpu) {
+  std::vector<std::shared_ptr<const PlanBlob>> blobs;
+  for (const auto& entry : config_choices_in_force()) {
+    if (entry->blob && entry->blob->gpu == gpu) blobs.push_back(entry->blob);
+  }
+  return blobs;
+}
+
+// The plan running `wanted` on key's problem from `loaded`, a serialised plan
+// of the same problem: no heuristics query, no engine build, no runtime
+// compilation. nullptr when it cannot serve: with *why set when the blob is at
+// fault, empty when the contract's rules refuse the configuration (the regular
+// build then reports that refusal, with the alternatives).
+std::shared_ptr<const Plan> graph_plan_from_loaded(const ConvKey& key, const EngineName& wanted,
+                                                   LoadedGraph loaded, std::string* why) {
+  if (!loaded.graph) {
+    *why = loaded.why;
     return nullptr;
   }
+  auto plan = std::make_shared<GraphPlan>();
+  plan->key = key;
+  plan->graph = std::move(loaded.graph);
+  ConvGraph& graph = *plan->graph;
   const int64_t index = graph.serialized_plan_index();
   const fe::ExecutionPlan* built = graph.execution_plan_at(index);
   if (built == nullptr) {
@@ -508,17 +569,25 @@ std::shared_ptr<const Plan> deserialize_graph_plan(const ConvKey& key, const Eng
 
 // The plan for `wanted` rebuilt from the blob the plan in force carries for
 // key's configuration, or nullptr (no blob, or it cannot serve: the caller
-// builds the plan as without one).
+// builds the plan as without one). The first such call on a device starts
+// loading the plan's other blobs ahead.
 std::shared_ptr<const Plan> plan_from_blob(const ConvKey& key, const EngineName& wanted) {
   const auto blob = plan_blob_for(key, wanted.canonical);
+  if (!blob) return nullptr;
+  const std::string gpu = gpu_model_name(key.device);
   // A blob is made for one GPU model; a device of another (a mixed host) builds.
-  if (!blob || blob->gpu != gpu_model_name(key.device)) return nullptr;
-  const auto started = std::chrono::steady_clock::now();
+  if (blob->gpu != gpu) return nullptr;
+  auto& prefetcher = blob_prefetcher();
+  prefetcher.start(key.device, config_choices_generation(), [&] { return plan_blobs_for_gpu(gpu); },
+                   blob.get());
+  std::optional<LoadedGraph> ahead = prefetcher.take(blob.get(), key.device);
+  const bool prefetched = ahead.has_value();
+  LoadedGraph loaded = prefetched ? std::move(*ahead) : load_plan_blob(blob->data);
+  add_plan_deserialize_us(loaded.us);
   std::string why;
-  auto plan = deserialize_graph_plan(key, wanted, blob->data, &why);
-  add_plan_deserialize_us(microseconds_since(started));
+  auto plan = graph_plan_from_loaded(key, wanted, std::move(loaded), &why);
   if (plan) {
-    count_plan_deserialized();
+    count_plan_deserialized(prefetched);
     return plan;
   }
   if (why.empty()) return nullptr;

@@ -382,6 +382,7 @@ c10::Dict<std::string, int64_t> plan_build_counts_op() {
   c10::Dict<std::string, int64_t> out;
   out.insert("built", counts.built);
   out.insert("deserialized", counts.deserialized);
+  out.insert("prefetched", counts.prefetched);
   out.insert("deserialize_failed", counts.deserialize_failed);
   out.insert("build_us", counts.build_us);
   out.insert("deserialize_us", counts.deserialize_us);

@@ -11,6 +11,7 @@ namespace {
 // Relaxed: counts for tests and reports, ordered by nothing.
 std::atomic<int64_t> g_built{0};
 std::atomic<int64_t> g_deserialized{0};
+std::atomic<int64_t> g_prefetched{0};
 std::atomic<int64_t> g_deserialize_failed{0};
 std::atomic<int64_t> g_build_us{0};
 std::atomic<int64_t> g_deserialize_us{0};
@@ -56,8 +57,9 @@ void add_plan_deserialize_us(int64_t us) {
   g_deserialize_us.fetch_add(us, std::memory_order_relaxed);
 }
 
-void count_plan_deserialized() {
+void count_plan_deserialized(bool prefetched) {
   g_deserialized.fetch_add(1, std::memory_order_relaxed);
+  if (prefetched) g_prefetched.fetch_add(1, std::memory_order_relaxed);
 }
 
 void count_plan_deserialize_failed() {
@@ -65,9 +67,9 @@ void count_plan_deserialize_failed() {
 }
 
 PlanBuildCounts plan_build_counts() {
-  return {g_built.load(std::memory_order_relaxed), g_deserialized.load(std::memory_order_relaxed),
-          g_deserialize_failed.load(std::memory_order_relaxed), g_build_us.load(std::memory_order_relaxed),
-          g_deserialize_us.load(std::memory_order_relaxed)};
+  return {g_built.load(std::memory_order_relaxed),          g_deserialized.load(std::memory_order_relaxed),
+          g_prefetched.load(std::memory_order_relaxed),     g_deserialize_failed.load(std::memory_order_relaxed),
+          g_build_us.load(std::memory_order_relaxed),       g_deserialize_us.load(std::memory_order_relaxed)};
 }
 
 }  // namespace torch_cudnn_algo

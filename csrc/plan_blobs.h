@@ -41,19 +41,21 @@ std::string gpu_model_name(int device);
 
 // Monotonic counts since the process started, for tests and benchmarks:
 // graph plans built from scratch for the plan cache (heuristics and engine
-// build), rebuilt from a blob, and blobs that cuDNN could not load (the plan
-// was then built); and the microseconds spent building and rebuilding, added
-// up over threads, so that a first step's time can be split into what plans
-// cost and what they did not.
+// build), rebuilt from a blob (of those, loaded ahead by a prefetch worker:
+// see plan_prefetch.h), and blobs that cuDNN could not load (the plan was then
+// built); and the microseconds spent building and rebuilding, added up over
+// threads, so that a first step's time can be split into what plans cost and
+// what they did not.
 struct PlanBuildCounts {
   int64_t built = 0;
   int64_t deserialized = 0;
+  int64_t prefetched = 0;
   int64_t deserialize_failed = 0;
   int64_t build_us = 0;
   int64_t deserialize_us = 0;  // attempts that failed included
 };
 void count_plan_built(int64_t us);
-void count_plan_deserialized();
+void count_plan_deserialized(bool prefetched);
 void count_plan_deserialize_failed();
 void add_plan_deserialize_us(int64_t us);
 PlanBuildCounts plan_build_counts();

@@ -3,7 +3,9 @@
 outputs bit-identical to the process that built them, and compiles nothing:
 every entry with an execution plan is deserialised (same configuration and
 workspace as built), none is built. Foreign and undeserialisable execution
-plans are built instead, with one warning. The processes are
+plans are built instead, with one warning. The first call starts worker
+threads that load the other execution plans ahead (also when that call is under
+CUDA graph capture); without them every call loads its own. The processes are
 tests/jobs/plan_blob_check.py."""
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     return plan, outputs, report
 
 
+def counts(report: dict) -> dict[str, int]:
+    """The report's plan build counts but "prefetched": which blobs a worker loads first is a race."""
+    return {name: value for name, value in report["counts"].items() if name != "prefetched"}
+
+
 def plans_by_name(report: dict) -> dict[tuple[str, str, str], dict]:
     return {(p["direction"], p["conv"], p["engine"]): p for p in report["graph_plans"]}
 
@@ -66,9 +73,10 @@ def test_a_fresh_process_loading_the_plan_compiles_nothing_and_matches_bit_for_b
     entries = report["entries"]
     assert min(report["runs"].values()) >= 1 and set(report["runs"]) == set(entries), report["runs"]
     with_blob = len(report["with_execution_plan"])
-    assert report["counts_before_step"] == {"built": 0, "deserialized": 0, "deserialize_failed": 0}
-    assert report["counts"] == {"built": len(entries) - with_blob, "deserialized": with_blob,
-                                "deserialize_failed": 0}, (report["counts"], report["unavailable"])
+    assert report["counts_before_step"] == {"built": 0, "deserialized": 0, "prefetched": 0, "deserialize_failed": 0}
+    assert counts(report) == {"built": len(entries) - with_blob, "deserialized": with_blob,
+                              "deserialize_failed": 0}, (report["counts"], report["unavailable"])
+    assert report["counts"]["prefetched"] <= with_blob - 1  # the first call loads its own
     # The step's plan time, split: rebuilding from execution plans, and building the rest.
     assert report["microseconds"]["deserialize_us"] > 0
     assert (report["microseconds"]["build_us"] > 0) == (len(entries) > with_blob), report["microseconds"]
@@ -96,7 +104,8 @@ def test_execution_plans_made_for_another_gpu_are_ignored_with_one_warning(saved
     foreign = rewrite(plan_path, tmp_path / "foreign.json", lambda blob: blob.update(gpu="Imaginary GPU 9000"))
     report, stderr = run_job("load", str(outputs), TORCH_CUDNN_ALGO_PLAN=str(foreign))
     assert stderr.count("built execution plans are ignored") == 1, stderr
-    assert report["counts"] == {"built": len(report["entries"]), "deserialized": 0, "deserialize_failed": 0}
+    assert report["counts"] == {"built": len(report["entries"]), "deserialized": 0, "prefetched": 0,
+                                "deserialize_failed": 0}
     assert report["microseconds"]["deserialize_us"] == 0 and report["microseconds"]["build_us"] > 0
     assert report["identical"] == {"out": True, "grads": True}
 
@@ -115,8 +124,43 @@ def test_an_execution_plan_cudnn_cannot_load_is_built_with_one_warning_per_entry
     broken = rewrite(plan_path, tmp_path / "broken.json", break_cudnn_json)
     report, stderr = run_job("load", str(outputs), TORCH_CUDNN_ALGO_PLAN=str(broken))
     with_blob = len(report["with_execution_plan"])
-    assert report["counts"] == {"built": len(report["entries"]), "deserialized": 0, "deserialize_failed": with_blob}
+    assert report["counts"] == {"built": len(report["entries"]), "deserialized": 0, "prefetched": 0,
+                                "deserialize_failed": with_blob}
     assert report["microseconds"]["deserialize_us"] > 0  # the failed attempts count too
     failures = [w for w in report["warnings"] if "cannot load here" in w]
     assert len(failures) == with_blob, report["warnings"]
+    assert report["identical"] == {"out": True, "grads": True}
+
+
+def test_the_first_call_loads_the_other_execution_plans_ahead_on_worker_threads(saved) -> None:
+    plan_path, outputs, _ = saved
+    report, _ = run_job("settle", str(outputs), TORCH_CUDNN_ALGO_PLAN=str(plan_path))
+    with_blob = len(report["with_execution_plan"])
+    assert with_blob >= 2
+    # The first convolution loaded its own blob; while the job waited, the workers loaded the rest.
+    assert report["counts"] == {"built": len(report["entries"]) - with_blob, "deserialized": with_blob,
+                                "prefetched": with_blob - 1, "deserialize_failed": 0}, report["counts"]
+    assert report["identical"] == {"out": True, "grads": True}
+    assert not [w for w in report["warnings"] if "torch_cudnn_algo" in w], report["warnings"]
+
+
+def test_without_prefetch_threads_every_call_loads_its_own_execution_plan(saved) -> None:
+    plan_path, outputs, _ = saved
+    report, _ = run_job("settle", str(outputs), TORCH_CUDNN_ALGO_PLAN=str(plan_path),
+                        TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS="0")
+    with_blob = len(report["with_execution_plan"])
+    assert report["counts"] == {"built": len(report["entries"]) - with_blob, "deserialized": with_blob,
+                                "prefetched": 0, "deserialize_failed": 0}, report["counts"]
+    assert report["identical"] == {"out": True, "grads": True}
+
+
+def test_prefetch_workers_leave_a_cuda_graph_capture_of_the_first_calls_intact(saved) -> None:
+    # PyTorch captures in the global mode: a worker's cuDNN handle creation or module load in
+    # that mode would invalidate the capture running on the main thread.
+    plan_path, outputs, _ = saved
+    report, stderr = run_job("capture", str(outputs), TORCH_CUDNN_ALGO_PLAN=str(plan_path))
+    with_blob = len(report["with_execution_plan"])
+    assert counts(report) == {"built": len(report["entries"]) - with_blob, "deserialized": with_blob,
+                              "deserialize_failed": 0}, (report["counts"], stderr)
+    assert report["captured_identical"], "the replayed forward differs from the saved logits"
     assert report["identical"] == {"out": True, "grads": True}

@@ -456,10 +456,12 @@ def plan_run_counts() -> dict[str, int]:
 def plan_build_counts() -> dict[str, int]:
     """How many engine-configuration plans this process built from scratch
     (``"built"``: cuDNN heuristics and engine build, possibly runtime
-    compilation), rebuilt from a plan's execution plans (``"deserialized"``),
-    and could not rebuild from one (``"deserialize_failed"``: then built);
-    ``"build_us"`` and ``"deserialize_us"``: the microseconds those builds and
-    rebuilds (failed attempts included) took, added up over threads."""
+    compilation), rebuilt from a plan's execution plans (``"deserialized"``;
+    ``"prefetched"`` of them were loaded ahead of their first call by the
+    worker threads that the first such call on a device starts), and could not
+    rebuild from one (``"deserialize_failed"``: then built); ``"build_us"`` and
+    ``"deserialize_us"``: the microseconds those builds and rebuilds (failed
+    attempts included) took, added up over threads."""
     return dict(_extension.ops().plan_build_counts())
 
 

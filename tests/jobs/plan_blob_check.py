@@ -5,6 +5,13 @@
                                            save the step's outputs
     plan_blob_check.py load OUTPUTS        (TORCH_CUDNN_ALGO_PLAN set) run the same step under
                                            the loaded plan, compare with the saved outputs
+    plan_blob_check.py settle OUTPUTS      as load, but the first layer's forward runs alone
+                                           first, then the process waits SETTLE_S: the prefetch
+                                           workers that call started have loaded every other blob
+    plan_blob_check.py capture OUTPUTS     as load, but the plan's first forward calls happen
+                                           under CUDA graph capture (while the prefetch workers
+                                           load the other blobs); the replayed logits are compared
+                                           too, then the step runs as for load
 
 The report: plan build counts before and after the step, per-entry run counts,
 the graph plans in the cache (choice, workspace, deserialised or built), the
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import warnings
 
 import torch
@@ -29,7 +37,8 @@ from torch import nn
 import torch_cudnn_algo
 
 BATCH, IMAGE = 8, 64
-COUNTS = ("built", "deserialized", "deserialize_failed")  # plan_build_counts()'s counts; the rest are times
+COUNTS = ("built", "deserialized", "prefetched", "deserialize_failed")  # plan_build_counts()'s counts
+SETTLE_S = 3.0  # the workers load this network's blobs in well under a second (H100)
 
 
 def network() -> tuple[nn.Module, torch.Tensor]:
@@ -78,6 +87,14 @@ def main(argv: list[str]) -> dict:
             plan = torch_cudnn_algo.current_plan()
             assert plan is not None, "TORCH_CUDNN_ALGO_PLAN was not applied"
         before = torch_cudnn_algo.plan_build_counts()
+        captured = None
+        if argv[0] == "settle":
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+                model[0](x)  # the step's first convolution: its call starts the prefetch
+            torch.cuda.synchronize()
+            time.sleep(SETTLE_S)
+        elif argv[0] == "capture":
+            captured = captured_logits(model, x)
         outputs = step(model, x)
     after = torch_cudnn_algo.plan_build_counts()
     report = {
@@ -97,7 +114,23 @@ def main(argv: list[str]) -> dict:
     else:
         saved = torch.load(outputs_path)
         report["identical"] = {name: torch.equal(saved[name], outputs[name]) for name in saved}
+        if captured is not None:
+            report["captured_identical"] = torch.equal(saved["out"], captured)
     return report
+
+
+def captured_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The forward pass captured in a CUDA graph before any of the plan's convolutions ran, replayed."""
+    # A convolution outside the plan first: this thread's cuDNN handle is created outside the capture.
+    torch.nn.functional.conv2d(torch.ones(1, 1, 5, 5, device="cuda"), torch.ones(1, 1, 3, 3, device="cuda"))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        with torch.autocast("cuda", dtype=torch.float16, cache_enabled=False):  # no cast cache across capture
+            out = model(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    return out.detach().cpu()
 
 
 if __name__ == "__main__":
