@@ -16,6 +16,7 @@
 #include "plan_blobs.h"
 
 #include <c10/util/Exception.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -41,7 +42,8 @@ class BlobPrefetcher {
   // Loads one blob for a device, on a worker thread; must not throw.
   using Load = std::function<Loaded(const PlanBlob& blob, int device)>;
 
-  BlobPrefetcher(Load load, size_t max_threads) : load_(std::move(load)), max_threads_(max_threads) {}
+  BlobPrefetcher(Load load, size_t max_threads)
+      : load_(std::move(load)), max_threads_(max_threads), owner_pid_(getpid()) {}
 
   // Starts loading, for `device`, the blobs `collect()` returns but `own`
   // (the caller's, which it loads at once: queued first, a worker would make
@@ -111,7 +113,10 @@ class BlobPrefetcher {
   }
 
   // Empties the queue and waits for the loads in flight; nothing starts after.
+  // A no-op in a forked child: the workers are the parent's (joining them
+  // would wait forever), and the lock may have been held at the fork.
   void stop() {
+    if (getpid() != owner_pid_) return;
     std::vector<std::thread> workers;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -177,6 +182,7 @@ class BlobPrefetcher {
 
   const Load load_;
   const size_t max_threads_;
+  const pid_t owner_pid_;  // the process whose threads workers_ holds
   std::mutex mutex_;
   std::condition_variable done_;
   std::map<JobKey, Job> jobs_;
