@@ -17,7 +17,11 @@ renders such files as a markdown table; ``--trade`` replays the pick rule on suc
 timed candidates, under three launch-cost rules: none (GPU time alone), the 2x trade the tuner
 makes (beyond 10% + 2 µs more host time per call, a pick must save twice that in GPU time), and
 no allowance beyond 10% + 2 µs; it prints the picks' GPU ms and host µs summed over the
-configurations against stock's configuration's. The tuner's own settings come from the environment
+configurations against stock's configuration's. ``--ceiling`` sets, per network and per
+configuration, stock's configuration and the best timed candidate against the
+hardware limit (``conv_roofline.py``: the multiply-adds at the tensor cores' peak or the three
+tensors' traffic at HBM3's, whichever is slower), with the TFLOP/s and TB/s reached. The tuner's
+own settings come from the environment
 (``TORCH_CUDNN_ALGO_TUNE_CANDIDATES``, ``TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES``,
 ``TORCH_CUDNN_ALGO_TUNE_THREADS``); ``--no-prepare-ahead`` makes ``tune()`` build each
 configuration's candidates only when it tunes it.
@@ -33,6 +37,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from conv_roofline import PEAK_TB_PER_S, conv_bound
 
 PHASES = ("heuristics", "build", "build_sum", "wait", "operands", "warmup", "timing", "accuracy", "knob_search")
 COUNTS = ("built", "built_rtc", "listed_rtc", "deferred_rtc")
@@ -113,7 +119,7 @@ def measure(args: argparse.Namespace) -> None:
         if args.jsonl:
             with open(args.jsonl, "a") as out:
                 out.write(json.dumps({**record, "log": log}) + "\n")
-        del trainer
+        trainer = None  # its tensors go before the next network's
         torch.cuda.empty_cache()
 
 
@@ -175,6 +181,47 @@ def trade_table(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _short(description: str) -> str:
+    """A tuning log's convolution description without what every row of a network shares."""
+    return description.split(", allow_tf32")[0].replace("torch.", "")
+
+
+def ceiling_table(paths: list[str], layers: int = 8) -> str:
+    """Markdown: per network, stock's configurations, the best timed candidates and the
+    hardware bound (conv_roofline), summed over its distinct configurations; then its ``layers``
+    configurations furthest (ms) from the bound: how far the best found is from stock and from
+    the limit, and the TFLOP/s and TB/s it reaches."""
+    lines = ["| network | label | configurations | stock config ms | best timed ms | bound ms | "
+             "stock/best | best/bound |", "|---|---|--:|--:|--:|--:|--:|--:|"]
+    details: list[str] = []
+    for path in paths:
+        for record in read_records(path):
+            rows = []
+            for entry in record["log"]:
+                timed = [c["ms"] for c in entry["configs"] if c.get("ms") is not None]
+                stock_ms = entry.get("stock_config_ms")
+                if not timed or stock_ms is None:
+                    continue
+                rows.append((entry, conv_bound(entry["conv"]), stock_ms, min(timed)))
+            stock, best = (sum(row[i] for row in rows) for i in (2, 3))
+            limit = sum(row[1].bound_ms for row in rows)
+            lines.append(f"| {record['network']} | {record.get('label', '')} | {len(rows)} | {stock:.3f} | "
+                         f"{best:.3f} | {limit:.3f} | {stock / best:.3f} | {best / limit:.2f} |")
+            details += ["", f"{record['network']} ({record.get('label', '')}): the {layers} configurations "
+                            "furthest from the bound", "",
+                        "| direction | convolution | stock config ms | best ms | stock/best | bound ms | best/bound | "
+                        "TFLOP/s (% peak) | TB/s (% peak) | bound by |",
+                        "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+            for entry, bound, stock_ms, best_ms in sorted(rows, key=lambda r: r[1].bound_ms - r[3])[:layers]:
+                details.append(
+                    f"| {entry['direction']} | {_short(entry['conv'])} | {stock_ms:.3f} | {best_ms:.3f} | "
+                    f"{stock_ms / best_ms:.2f} | {bound.bound_ms:.3f} | {best_ms / bound.bound_ms:.1f} | "
+                    f"{bound.tflops(best_ms):.0f} ({100 * bound.tflops(best_ms) / bound.peak_tflops:.0f}%) | "
+                    f"{bound.tb_per_s(best_ms):.2f} ({100 * bound.tb_per_s(best_ms) / PEAK_TB_PER_S:.0f}%) | "
+                    f"{'memory' if bound.memory_bound else 'compute'} |")
+    return "\n".join(lines + details)
+
+
 def table(paths: list[str]) -> str:
     """Markdown: one row per network and run of the JSONL files."""
     columns = ["network", "label", "mode", "configurations", "tuning_s", "heuristics", "build", "build_sum", "wait",
@@ -198,12 +245,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summarize", nargs="+", metavar="JSONL", help="print a markdown table of JSONL files")
     parser.add_argument("--trade", nargs="+", metavar="JSONL",
                         help="replay the pick rules on JSONL files' logs (see above); prints a markdown table")
+    parser.add_argument("--ceiling", nargs="+", metavar="JSONL",
+                        help="compare JSONL files' stock configurations and best timed candidates "
+                             "with the H100's roofline bound (see above); prints markdown tables")
     args = parser.parse_args(argv)
     if args.summarize:
         print(table(args.summarize))
         return 0
     if args.trade:
         print(trade_table(args.trade))
+        return 0
+    if args.ceiling:
+        print(ceiling_table(args.ceiling))
         return 0
     if not args.networks:
         parser.error("name at least one network")

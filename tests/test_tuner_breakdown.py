@@ -75,3 +75,49 @@ def test_trade_replays_the_launch_cost_rules(tmp_path: Path) -> None:
     rows = tuner_breakdown.trade_table([str(path)]).splitlines()[2:]
     assert rows[1] == "| n | x | 4 | 2x trade | 1.000 | 0.900 | 1.111 | +52 |"
     assert rows[5] == "| n | x | all timed | no trade | 1.000 | 0.950 | 1.053 | +2 |"
+
+
+CONV = ("conv2d: input [64, 64, 56, 56] torch.float16 channels_last, weight [64, 64, 3, 3], output [64, 64, 56, 56], "
+        "stride [1, 1], padding [1, 1], dilation [1, 1], groups 1, allow_tf32=False, deterministic=False, device cuda:0")
+
+
+def test_conv_bound_is_the_roofline_of_the_three_tensors_and_the_multiply_adds() -> None:
+    import conv_roofline
+
+    bound = conv_roofline.conv_bound(CONV)
+    assert bound.flops == 2 * (64 * 64 * 56 * 56) * (64 * 9)
+    assert bound.bytes == (2 * 64 * 64 * 56 * 56 + 64 * 64 * 9) * 2
+    # 51.5 MB at 3.35 TB/s (15.4 µs) is slower than 14.8 GFLOP at 989.4 TFLOP/s (15.0 µs).
+    assert bound.memory_bound and bound.bound_ms == pytest.approx(bound.bytes / 3.35e12 * 1e3)
+    assert bound.tflops(0.03) == pytest.approx(bound.flops / 0.03e-3 / 1e12)
+    # fp32: TF32 tensor cores when allowed, else the FP32 units; a 1x1 conv with many channels is compute-bound.
+    wide = ("conv2d: input [256, 1024, 14, 14] torch.float32 contiguous, weight [1024, 1024, 1, 1], "
+            "output [256, 1024, 14, 14], stride [1, 1], padding [0, 0], dilation [1, 1], groups 1, allow_tf32={}, "
+            "deterministic=False, device cuda:0")
+    tf32, fp32 = conv_roofline.conv_bound(wide.format("True")), conv_roofline.conv_bound(wide.format("False"))
+    assert (tf32.peak_tflops, fp32.peak_tflops) == (494.7, 66.9)
+    assert not fp32.memory_bound and fp32.bound_ms == pytest.approx(fp32.flops / 66.9e12 * 1e3)
+    # A transposed convolution's multiply-adds follow its (smaller) input: the cuDNN problem's output.
+    transposed = conv_roofline.conv_bound(
+        "conv_transpose2d: input [8, 512, 1, 4001] torch.float16 contiguous, weight [512, 1, 1, 16], "
+        "output [8, 1, 1, 32000], stride [1, 8], padding [0, 8], output_padding [0, 0], dilation [1, 1], "
+        "groups 1, allow_tf32=False, deterministic=False, device cuda:0")
+    assert transposed.flops == 2 * (8 * 512 * 4001) * 16
+    with pytest.raises(ValueError, match="not a convolution description"):
+        conv_roofline.conv_bound("linear: input [4, 4]")
+
+
+def test_ceiling_sets_stock_and_the_best_timed_against_the_bound(tmp_path: Path) -> None:
+    configs = [{"config": "s", "rank": 0, "ms": 0.060}, {"config": "a", "rank": 1, "ms": 0.045},
+               {"config": "unbuilt", "rank": 2, "ms": None}]
+    log_entry = {"direction": "bwd_filter", "conv": CONV, "stock_config": "s", "stock_config_ms": 0.060,
+                 "pick_ms": 0.045, "configs": configs}
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps({"network": "n", "label": "x", "log": [log_entry]}) + "\n")
+    lines = tuner_breakdown.ceiling_table([str(path)]).splitlines()
+    assert lines[2] == "| n | x | 1 | 0.060 | 0.045 | 0.015 | 1.333 | 2.93 |"
+    row = lines[-1]
+    assert row.startswith("| bwd_filter | conv2d: input [64, 64, 56, 56] float16 channels_last, weight [64, 64, 3, 3]")
+    # 14.8 GFLOP in 45 µs: 329 TFLOP/s, 33% of 989.4; 51.5 MB in 45 µs: 1.14 TB/s, 34% of 3.35.
+    assert row.endswith("| 0.060 | 0.045 | 1.33 | 0.015 | 2.9 | 329 (33%) | 1.14 (34%) | memory |"), row
+    assert tuner_breakdown.main(["--ceiling", str(path)]) == 0

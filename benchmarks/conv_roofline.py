@@ -1,0 +1,63 @@
+"""The hardware limit of one convolution on an H100: its arithmetic and its least memory traffic,
+against the GPU's peak, from the description the extension gives of a convolution (the ``conv``
+field of ``tuning_log()``, written by ``describe_conv`` in csrc/conv_key.cpp).
+
+The bound is the roofline's: a convolution cannot run faster than its multiply-adds at the
+tensor cores' peak, nor than reading its input and weight and writing its output once at the
+memory's peak. Every direction (forward, backward-data, backward-filter) does the forward's
+multiply-adds and touches the same three tensors, so they share the bound.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+# H100 SXM5 80GB, dense (no sparsity): NVIDIA's datasheet figures.
+PEAK_TFLOPS = {"float16": 989.4, "bfloat16": 989.4, "tf32": 494.7, "float32": 66.9, "float64": 66.9}
+PEAK_TB_PER_S = 3.35  # HBM3
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+_DESCRIPTION = re.compile(
+    r"^conv(?P<transposed>_transpose)?\dd: input \[(?P<input>[\d, ]+)\] torch\.(?P<dtype>\w+) \w+, "
+    r"weight \[(?P<weight>[\d, ]+)\], output \[(?P<output>[\d, ]+)\], .*allow_tf32=(?P<tf32>True|False)")
+
+
+class ConvBound(NamedTuple):
+    """A convolution's work and its fastest possible time on the H100."""
+
+    flops: float         # 2 x multiply-adds
+    bytes: float         # input + weight + output, each once
+    peak_tflops: float   # of its dtype (TF32 when fp32 allows it)
+    bound_ms: float      # max(flops at peak, bytes at peak bandwidth)
+    memory_bound: bool   # the bytes set the bound
+
+    def tflops(self, ms: float) -> float:
+        return self.flops / (ms * 1e-3) / 1e12
+
+    def tb_per_s(self, ms: float) -> float:
+        return self.bytes / (ms * 1e-3) / 1e12
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(part) for part in text.split(",")]
+
+
+def conv_bound(description: str) -> ConvBound:
+    """The bound of the convolution ``description`` names; ValueError if it is not one."""
+    match = _DESCRIPTION.match(description)
+    if match is None:
+        raise ValueError(f"not a convolution description: {description!r}")
+    x, w, y = (_sizes(match[name]) for name in ("input", "weight", "output"))
+    dtype = match["dtype"]
+    # Each output element of the (cuDNN forward) problem sums prod(w[1:]) products; for a
+    # transposed convolution that problem's output is the user's input.
+    macs = math.prod(x if match["transposed"] else y) * math.prod(w[1:])
+    flops = 2.0 * macs
+    size = DTYPE_BYTES[dtype]
+    traffic = float(math.prod(x) + math.prod(w) + math.prod(y)) * size
+    peak = PEAK_TFLOPS["tf32" if dtype == "float32" and match["tf32"] == "True" else dtype]
+    compute_ms = flops / (peak * 1e12) * 1e3
+    memory_ms = traffic / (PEAK_TB_PER_S * 1e12) * 1e3
+    return ConvBound(flops, traffic, peak, max(compute_ms, memory_ms), memory_ms >= compute_ms)
