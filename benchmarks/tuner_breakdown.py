@@ -37,8 +37,9 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-from conv_roofline import PEAK_TB_PER_S, conv_bound
+from conv_roofline import PEAK_TB_PER_S, ConvBound, conv_bound
 
 PHASES = ("heuristics", "build", "build_sum", "wait", "operands", "warmup", "timing", "accuracy", "knob_search")
 COUNTS = ("built", "built_rtc", "listed_rtc", "deferred_rtc")
@@ -186,6 +187,15 @@ def _short(description: str) -> str:
     return description.split(", allow_tf32")[0].replace("torch.", "")
 
 
+class _Layer(NamedTuple):
+    """One configuration of a tuning log, as --ceiling sets it against the bound."""
+
+    entry: dict
+    bound: ConvBound
+    stock_ms: float
+    best_ms: float
+
+
 def ceiling_table(paths: list[str], layers: int = 8) -> str:
     """Markdown: per network, stock's configurations, the best timed candidates and the
     hardware bound (conv_roofline), summed over its distinct configurations; then its ``layers``
@@ -196,15 +206,16 @@ def ceiling_table(paths: list[str], layers: int = 8) -> str:
     details: list[str] = []
     for path in paths:
         for record in read_records(path):
-            rows = []
+            rows: list[_Layer] = []
             for entry in record["log"]:
                 timed = [c["ms"] for c in entry["configs"] if c.get("ms") is not None]
                 stock_ms = entry.get("stock_config_ms")
                 if not timed or stock_ms is None:
                     continue
-                rows.append((entry, conv_bound(entry["conv"]), stock_ms, min(timed)))
-            stock, best = (sum(row[i] for row in rows) for i in (2, 3))
-            limit = sum(row[1].bound_ms for row in rows)
+                rows.append(_Layer(entry, conv_bound(entry["conv"]), stock_ms, min(timed)))
+            stock = sum(row.stock_ms for row in rows)
+            best = sum(row.best_ms for row in rows)
+            limit = sum(row.bound.bound_ms for row in rows)
             lines.append(f"| {record['network']} | {record.get('label', '')} | {len(rows)} | {stock:.3f} | "
                          f"{best:.3f} | {limit:.3f} | {stock / best:.3f} | {best / limit:.2f} |")
             details += ["", f"{record['network']} ({record.get('label', '')}): the {layers} configurations "
@@ -212,7 +223,7 @@ def ceiling_table(paths: list[str], layers: int = 8) -> str:
                         "| direction | convolution | stock config ms | best ms | stock/best | bound ms | best/bound | "
                         "TFLOP/s (% peak) | TB/s (% peak) | bound by |",
                         "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
-            for entry, bound, stock_ms, best_ms in sorted(rows, key=lambda r: r[1].bound_ms - r[3])[:layers]:
+            for entry, bound, stock_ms, best_ms in sorted(rows, key=lambda r: r.bound.bound_ms - r.best_ms)[:layers]:
                 details.append(
                     f"| {entry['direction']} | {_short(entry['conv'])} | {stock_ms:.3f} | {best_ms:.3f} | "
                     f"{stock_ms / best_ms:.2f} | {bound.bound_ms:.3f} | {best_ms / bound.bound_ms:.1f} | "
