@@ -5,6 +5,7 @@
 #include "plan.h"
 #include "profiling.h"
 #include "python_bridge.h"
+#include "work_queue.h"
 
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
@@ -16,14 +17,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -347,113 +345,36 @@ Prepared prepare(const ConvKey& key, size_t threads) {
 // work) to background threads, one configuration per thread, so that builds of
 // different configurations overlap; a tuning then takes its configuration's
 // result and waits until every queued one is done before it times anything.
-class PrepareQueue {
- public:
-  void add(const ConvKey& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!slots_.emplace(key, std::make_shared<Slot>()).second) return;
-    pending_.push_back(key);
-    if (active_ < build_threads()) {
-      ++active_;
-      threads_.emplace_back([this] { work(); });
-    }
+using PrepareQueue = WorkQueue<ConvKey, Prepared, ConvKeyHash>;
+
+// One configuration's preparation on a queue thread; nullopt when it failed
+// (not remembered: the tuning then prepares inline and reports the error).
+std::optional<Prepared> prepare_ahead(const ConvKey& key) {
+  try {
+    const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
+    Prepared prepared = prepare(key, 1);
+    prepared.ahead = true;
+    return prepared;
+  } catch (...) {
+    return std::nullopt;
   }
-
-  // key's preparation, once done; nullopt if none was queued or it failed (the
-  // tuning then prepares inline, and meets the error itself).
-  std::optional<Prepared> take(const ConvKey& key) {
-    const WithoutGil unlocked;  // the builders may log to Python
-    std::unique_lock<std::mutex> lock(mutex_);
-    const auto it = slots_.find(key);
-    if (it == slots_.end()) return std::nullopt;
-    const auto slot = it->second;
-    done_.wait(lock, [&] { return slot->done; });
-    slots_.erase(key);
-    if (!slot->ok) return std::nullopt;
-    return std::move(slot->prepared);
-  }
-
-  // Returns once nothing is queued or building, the threads joined.
-  void wait_idle() {
-    const WithoutGil unlocked;  // the builders may log to Python
-    std::vector<std::thread> finished;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      done_.wait(lock, [&] { return pending_.empty() && active_ == 0; });
-      finished.swap(threads_);
-    }
-    for (auto& thread : finished) thread.join();
-  }
-
-  // Drops what is queued and every result not taken (builds under way finish).
-  void cancel() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending_.clear();
-    }
-    wait_idle();
-    std::lock_guard<std::mutex> lock(mutex_);
-    slots_.clear();
-  }
-
- private:
-  struct Slot {
-    bool done = false;
-    bool ok = false;
-    Prepared prepared;
-  };
-
-  void work() {
-    while (true) {
-      ConvKey key;
-      std::shared_ptr<Slot> slot;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (pending_.empty()) {
-          --active_;
-          done_.notify_all();
-          return;
-        }
-        key = pending_.front();
-        pending_.pop_front();
-        slot = slots_.at(key);
-      }
-      Prepared prepared;
-      bool ok = false;
-      try {
-        const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
-        prepared = prepare(key, 1);
-        prepared.ahead = true;
-        ok = true;
-      } catch (...) {
-        // Not remembered: the tuning prepares inline and reports the error.
-      }
-      std::lock_guard<std::mutex> lock(mutex_);
-      slot->prepared = std::move(prepared);
-      slot->ok = ok;
-      slot->done = true;
-      done_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable done_;
-  std::deque<ConvKey> pending_;
-  std::unordered_map<ConvKey, std::shared_ptr<Slot>, ConvKeyHash> slots_;
-  size_t active_ = 0;
-  std::vector<std::thread> threads_;
-};
+}
 
 PrepareQueue& prepare_queue() {
-  static auto* queue = new PrepareQueue();  // leaked, like the caches
+  static auto* queue = new PrepareQueue(prepare_ahead, build_threads());  // leaked, like the caches
   return *queue;
 }
 
+// key's preparation, once done; nullopt if none was queued or it failed (the
+// tuning then prepares inline, and meets the error itself).
 std::optional<Prepared> take_prepared(const ConvKey& key) {
-  return prepare_queue().take(key);
+  const WithoutGil unlocked;  // the builders may log to Python
+  return prepare_queue().take(key, PrepareQueue::IfQueued::kWait);
 }
 
+// Returns once nothing is queued or building, the threads joined.
 void wait_until_prepared_all() {
+  const WithoutGil unlocked;  // the builders may log to Python
   prepare_queue().wait_idle();
 }
 
@@ -899,6 +820,7 @@ void prepare_fastest(ConvKey key) {
 }
 
 void cancel_prepared_fastest() {
+  const WithoutGil unlocked;  // the builders may log to Python
   prepare_queue().cancel();
 }
 

@@ -4,9 +4,9 @@
 #include "cudnn_handle.h"
 #include "plan_blobs.h"
 #include "plan_cache.h"
-#include "plan_prefetch.h"
 #include "python_bridge.h"
 #include "variant_pack_cache.h"
+#include "work_queue.h"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -487,44 +488,102 @@ LoadedGraph load_plan_blob(const std::vector<uint8_t>& blob) {
   return loaded;
 }
 
+// A plan's blob to load for one device.
+struct BlobOnDevice {
+  std::shared_ptr<const PlanBlob> blob;  // kept alive while queued
+  int device;
+  bool operator==(const BlobOnDevice& other) const {
+    return blob == other.blob && device == other.device;
+  }
+};
+
+struct BlobOnDeviceHash {
+  size_t operator()(const BlobOnDevice& key) const {
+    return std::hash<const PlanBlob*>()(key.blob.get()) ^ (static_cast<size_t>(key.device) * 31);
+  }
+};
+
 // load_plan_blob on a prefetch worker thread.
-LoadedGraph load_plan_blob_ahead(const PlanBlob& blob, int device) {
+std::optional<LoadedGraph> load_plan_blob_ahead(const BlobOnDevice& job) {
   try {
-    const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device));
+    const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(job.device));
     // PyTorch captures CUDA graphs in the global mode, where a potentially
     // unsafe CUDA call (a cuDNN handle's allocation, a module load) from any
     // thread in that mode invalidates another thread's capture; in the
     // relaxed mode this thread's calls leave the capture alone.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    return load_plan_blob(blob.data);
-  } catch (const std::exception& error) {  // the caller then loads it itself, and warns if it fails
-    LoadedGraph failed;
-    failed.why = error.what();
-    return failed;
+    return load_plan_blob(job.blob->data);
+  } catch (const std::exception&) {
+    return std::nullopt;  // the caller loads it itself, and warns if that fails too
   }
 }
 
-// The worker threads that load a plan's blobs ahead of their first calls (see
-// plan_prefetch.h): TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS, 0 for none, by
-// default 2. Loads contend inside cuDNN: on the H100 a blob took 15 ms alone
-// and 70 ms beside 7 others, and 1, 2, 4 or 8 workers gave the same first
-// steps within noise (conv_tasnet 0.36-0.42 s, resnet50_amp 0.46-0.55 s,
-// mobilenet_v3_large 0.51-0.76 s; none: 0.58, 0.72, 1.45 s), 2 the steadiest.
-BlobPrefetcher<LoadedGraph>& blob_prefetcher() {
-  static auto* prefetcher = new BlobPrefetcher<LoadedGraph>(  // leaked, as the plan cache
-      load_plan_blob_ahead,
-      static_cast<size_t>(std::max<int64_t>(0, env_int("TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS", 2))));
-  return *prefetcher;
-}
+using BlobPrefetchQueue = WorkQueue<BlobOnDevice, LoadedGraph, BlobOnDeviceHash>;
 
-// Every blob the plan in force carries for a GPU of `gpu`'s model.
-std::vector<std::shared_ptr<const PlanBlob>> plan_blobs_for_gpu(const std::string& gpu) {
-  std::vector<std::shared_ptr<const PlanBlob>> blobs;
-  for (const auto& entry : config_choices_in_force()) {
-    if (entry->blob && entry->blob->gpu == gpu) blobs.push_back(entry->blob);
+// Loading a plan's execution plans ahead of their first calls. Loading one
+// from its blob costs milliseconds of host time (cuDNN reloads the engine and
+// its kernels: 15 ms a plan on conv_tasnet's runtime-compiled engines, H100),
+// and a first training step with a plan did all of them one after the other on
+// the training thread. So the first call on a device that needs a blob hands
+// every other blob the plan in force carries for that device's GPU model to
+// worker threads, which load them while the step goes on; a call whose blob is
+// still queued takes it back and loads it itself, one whose blob a worker is
+// loading waits for it. Only the deserialisation is done ahead: the caller
+// still checks the result against its own configuration and settings.
+//
+// TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS workers, 0 for none, by default 2.
+// Loads contend inside cuDNN: on the H100 a blob took 15 ms alone and 70 ms
+// beside 7 others, and 1, 2, 4 or 8 workers gave the same first steps within
+// noise (conv_tasnet 0.36-0.42 s, resnet50_amp 0.46-0.55 s, mobilenet_v3_large
+// 0.51-0.76 s; none: 0.58, 0.72, 1.45 s), 2 the steadiest.
+class BlobPrefetch {
+ public:
+  // Queues, for key's device, the blobs of the plan in force made on `gpu`
+  // but `own` (its caller loads that one at once), once per device and plan:
+  // a new plan first drops what the previous one queued or loaded.
+  void start(int device, const std::string& gpu, const PlanBlob* own) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t generation = config_choices_generation();
+    if (generation != generation_) {
+      queue_.cancel();
+      generation_ = generation;
+      started_devices_.clear();
+    }
+    if (!started_devices_.insert(device).second) return;
+    for (const auto& entry : config_choices_in_force()) {
+      if (entry->blob && entry->blob->gpu == gpu && entry->blob.get() != own) {
+        queue_.add({entry->blob, device});
+      }
+    }
   }
-  return blobs;
+
+  // What a worker loaded of `blob` for `device` (waiting while it loads), or
+  // nullopt: the caller loads it.
+  std::optional<LoadedGraph> take(const std::shared_ptr<const PlanBlob>& blob, int device) {
+    return queue_.take({blob, device}, BlobPrefetchQueue::IfQueued::kTakeBack);
+  }
+
+  void stop() { queue_.stop(); }
+
+ private:
+  BlobPrefetchQueue queue_{load_plan_blob_ahead, static_cast<size_t>(std::max<int64_t>(
+                                                     0, env_int("TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS", 2)))};
+  std::mutex mutex_;
+  uint64_t generation_ = 0;
+  std::set<int> started_devices_;
+};
+
+BlobPrefetch& blob_prefetch() {
+  static auto* prefetch = [] {
+    auto* created = new BlobPrefetch();  // leaked, as the plan cache
+    // Workers still inside cuDNN when the process exits would race the
+    // libraries' teardown: exit() waits for them (CUDA's own exit handler,
+    // registered earlier, runs after this one).
+    std::atexit([] { blob_prefetch().stop(); });
+    return created;
+  }();
+  return *prefetch;
 }
 
 // The plan running `wanted` on key's problem from `loaded`, a serialised plan
@@ -577,10 +636,8 @@ std::shared_ptr<const Plan> plan_from_blob(const ConvKey& key, const EngineName&
   const std::string gpu = gpu_model_name(key.device);
   // A blob is made for one GPU model; a device of another (a mixed host) builds.
   if (blob->gpu != gpu) return nullptr;
-  auto& prefetcher = blob_prefetcher();
-  prefetcher.start(key.device, config_choices_generation(), [&] { return plan_blobs_for_gpu(gpu); },
-                   blob.get());
-  std::optional<LoadedGraph> ahead = prefetcher.take(blob.get(), key.device);
+  blob_prefetch().start(key.device, gpu, blob.get());
+  std::optional<LoadedGraph> ahead = blob_prefetch().take(blob, key.device);
   const bool prefetched = ahead.has_value();
   LoadedGraph loaded = prefetched ? std::move(*ahead) : load_plan_blob(blob->data);
   add_plan_deserialize_us(loaded.us);

@@ -41,11 +41,11 @@ std::string gpu_model_name(int device);
 
 // Monotonic counts since the process started, for tests and benchmarks:
 // graph plans built from scratch for the plan cache (heuristics and engine
-// build), rebuilt from a blob (of those, loaded ahead by a prefetch worker:
-// see plan_prefetch.h), and blobs that cuDNN could not load (the plan was then
-// built); and the microseconds spent building and rebuilding, added up over
-// threads, so that a first step's time can be split into what plans cost and
-// what they did not.
+// build), rebuilt from a blob (of those, loaded ahead by a prefetch worker: see
+// BlobPrefetch in graph_runner.cpp), and blobs that cuDNN could not load (the
+// plan was then built); and the microseconds spent building and rebuilding,
+// added up over threads, so that a first step's time can be split into what
+// plans cost and what they did not.
 struct PlanBuildCounts {
   int64_t built = 0;
   int64_t deserialized = 0;
