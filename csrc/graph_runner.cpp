@@ -539,7 +539,7 @@ using BlobPrefetchQueue = WorkQueue<BlobOnDevice, LoadedGraph, BlobOnDeviceHash>
 // 0.51-0.76 s; none: 0.58, 0.72, 1.45 s), 2 the steadiest.
 class BlobPrefetch {
  public:
-  // Queues, for key's device, the blobs of the plan in force made on `gpu`
+  // Queues, for `device`, the blobs of the plan in force made on `gpu`
   // but `own` (its caller loads that one at once), once per device and plan:
   // a new plan first drops what the previous one queued or loaded.
   void start(int device, const std::string& gpu, const PlanBlob* own) {
