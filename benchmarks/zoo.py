@@ -93,6 +93,8 @@ PLAN_ENV_VAR = "TORCH_CUDNN_ALGO_PLAN"
 STOCK_UNSAFE_ENV_PREFIXES = ("TORCH_CUDNN_CONV_", PLAN_ENV_VAR)
 DEVICE = "cuda"
 CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
+CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
+                torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 
 WARMUP_STEPS = 3  # after the first step, before tune(): the caching allocator and lazy state settle
 MODE_WARMUP_STEPS = 3  # per mode before the rounds ("fastest" tunes in the first)
@@ -364,6 +366,12 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
         "host_ratio": {mode: _get(host, "ratio", mode) for mode in EAGER_COMPARED},
         "host_conv_calls_per_step": _get(host, "conv_calls_per_step"),
         "host_ops": _get(host, "ops"),
+        # The same calls with the GPU drained before every conv module: no call waits for a free
+        # launch slot, which a GPU-bound step charges to whichever op launches.
+        "host_us_per_conv_call_gpu_drained": {mode: _get(host, "drained_median_us_per_call", mode)
+                                              for mode in ("stock", "plan", "fastest")},
+        "host_ratio_gpu_drained": {mode: _get(host, "drained_ratio", mode) for mode in EAGER_COMPARED},
+        "host_ops_gpu_drained": _get(host, "drained_ops"),
         "gpu_repeats_ms": {"heuristics": _get(gpu, "repeats_ms", "heuristics"),
                            "benchmark": _get(bench, "gpu", "repeats_ms", "benchmark"),
                            "fastest": _get(gpu, "repeats_ms", "fastest")},
@@ -459,7 +467,8 @@ def _spread(summary: dict | None) -> str:
 
 TABLE_HEADER = ("network", "eager ms stock / plan / fastest", "eager stock/plan", "eager stock/fastest",
                 "eager stock/control (A/A)", "eager CPU stock/plan", "eager CPU stock/fastest",
-                "host µs per conv call stock / plan", "host stock/plan", "GPU ms heuristics / benchmark / fastest",
+                "host µs per conv call stock / plan", "host stock/plan", "host, GPU drained: stock/plan",
+                "GPU ms heuristics / benchmark / fastest",
                 "fastest vs heuristics", "fastest vs benchmark", "plan vs benchmark, same process",
                 "tune s / benchmark search s", "first step s stock / names / plan")
 
@@ -477,6 +486,7 @@ def table_row(net: dict) -> list[str]:
         _spread((net.get("eager_cpu_ratio") or {}).get("fastest")),
         _trio([host["stock"], host["plan"]], 1),
         _spread(net["host_ratio"]["plan"]),
+        _spread((net.get("host_ratio_gpu_drained") or {}).get("plan")),
         _trio([gpu["heuristics"], gpu["benchmark"], gpu["fastest"]], 2),
         _num(speedup["vs_heuristics"], 3),
         _num(speedup["vs_benchmark"], 3),
@@ -500,7 +510,9 @@ def render_markdown(report: dict) -> str:
         "is the spread the host's noise alone gives. `CPU`: the same rounds' process CPU time per step "
         "(every thread's host work, not time spent waiting or preempted), garbage collector off while timed.",
         "- **host**: torch.profiler CPU time (self + children) per call of `aten::cudnn_convolution`, "
-        "`aten::cudnn_convolution_transpose` and `aten::convolution_backward`.",
+        "`aten::cudnn_convolution_transpose` and `aten::convolution_backward`; `GPU drained`: the same with "
+        "`torch.cuda.synchronize()` before every conv module's forward and backward, so that no call waits "
+        "for a free launch slot (a GPU-bound step charges that wait to whichever op launches).",
         "- **GPU**: the step captured in a CUDA graph and replayed (no host time); `benchmark` is stock "
         "`benchmark=True` in a fresh process; `fastest vs X` = X's time / fastest's (above 1 fastest is faster); "
         "`plan vs benchmark, same process`: stock's benchmark picks / the tuned plan's, both replayed "
@@ -817,28 +829,60 @@ def profile_conv_host(trainer: Trainer, steps: int) -> dict:
                     for name, times in per_op.items()}}
 
 
+@contextlib.contextmanager
+def gpu_drained_before_convs(model: torch.nn.Module) -> Iterator[None]:
+    """Waits for the GPU before every convolution module's forward and backward: each conv op then
+    launches into an empty queue, so its CPU time is its own work, never a wait for a free launch
+    slot. In a GPU-bound step the host runs ahead until CUDA's launch queue is full, and from then
+    on each launch blocks until the GPU retires older work: the profiler charges that wait to
+    whichever op launches, more of it to an op that launches more kernels."""
+    handles = []
+    for module in model.modules():
+        if isinstance(module, CONV_MODULES):
+            handles.append(module.register_forward_pre_hook(lambda *_: torch.cuda.synchronize()))
+            handles.append(module.register_full_backward_pre_hook(lambda *_: torch.cuda.synchronize()))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def measure_host(trainer: Trainer, plan: torch_cudnn_algo.Plan, settings: Settings) -> dict:
+    """Host CPU time per conv op call, modes rotated per round, as the step runs (``rounds_us``)
+    and with the GPU drained before every conv module (``drained_rounds_us``)."""
     modes = EAGER_MODES
     with applied("stock", plan):
         profile_conv_host(trainer, 1)  # the profiler's first use pays for its set-up: in no round
     rounds: dict[str, list[float | None]] = {mode: [] for mode in modes}
+    drained: dict[str, list[float | None]] = {mode: [] for mode in modes}
     calls: dict[str, list[float]] = {mode: [] for mode in modes}
     ops: dict[str, dict] = {}
+    drained_ops: dict[str, dict] = {}
     for index in range(settings.host_rounds):
         for mode in rotated(modes, index):
             with applied(mode, plan):
                 for _ in range(UNTIMED_STEPS_AFTER_SWITCH):
                     trainer.step()
                 result = profile_conv_host(trainer, settings.steps)
+                with gpu_drained_before_convs(trainer.model):
+                    trainer.step()  # untimed: the hooks' first run
+                    drained_result = profile_conv_host(trainer, settings.steps)
             rounds[mode].append(result["us_per_call"])
+            drained[mode].append(drained_result["us_per_call"])
             calls[mode].append(result["calls_per_step"])
             ops[mode] = result["ops"]
+            drained_ops[mode] = drained_result["ops"]
         progress(f"host round {index + 1}/{settings.host_rounds}: "
-                 + ", ".join(f"{mode} {_num(rounds[mode][-1], 1)} µs/call" for mode in modes))
+                 + ", ".join(f"{mode} {_num(rounds[mode][-1], 1)} (drained {_num(drained[mode][-1], 1)}) µs/call"
+                             for mode in modes))
     return {"rounds_us": rounds, "median_us_per_call": {mode: median(values) for mode, values in rounds.items()},
             "ratio": {mode: ratio_summary(rounds["stock"], rounds[mode]) for mode in EAGER_COMPARED},
+            "drained_rounds_us": drained,
+            "drained_median_us_per_call": {mode: median(values) for mode, values in drained.items()},
+            "drained_ratio": {mode: ratio_summary(drained["stock"], drained[mode]) for mode in EAGER_COMPARED},
             "conv_calls_per_step": {mode: median(values) for mode, values in calls.items()},
-            "ops": ops}
+            "ops": ops, "drained_ops": drained_ops}
 
 
 def capture_trainer_step(trainer: Trainer, pool: object | None) -> torch.cuda.CUDAGraph:
