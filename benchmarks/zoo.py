@@ -4,7 +4,7 @@ and its markdown rendering ``zoo-<gpu>-<date>.md``.
 
     python benchmarks/zoo.py [--networks a,b] [--sections first_step,eager,host,gpu,benchmark]
                              [--rounds 16] [--steps 6] [--out benchmarks/results] [--quick]
-                             [--child-timeout 240] [--budget-s 510]
+                             [--child-timeout 240] [--budget-s 510] [--knob-search]
     python benchmarks/zoo.py --merge-only [--out benchmarks/results]      # no GPU needed
 
 The training step of every network: ``zero_grad(set_to_none=True)``, forward under autocast (AMP
@@ -119,6 +119,7 @@ class Settings:
     quick: bool
     child_timeout_s: float
     budget_s: float | None
+    knob_search: bool = False  # conv_knob_search on in the main child: tune() and "fastest" search knobs
 
     def loops(self) -> dict[str, object]:
         """The loop settings, as recorded in every raw file."""
@@ -126,13 +127,13 @@ class Settings:
                 "gpu_repeats": self.gpu_repeats, "gpu_replays": self.gpu_replays, "quick": self.quick,
                 "warmup_steps": WARMUP_STEPS, "mode_warmup_steps": MODE_WARMUP_STEPS,
                 "untimed_steps_after_switch": UNTIMED_STEPS_AFTER_SWITCH,
-                "graph_warmup_steps": GRAPH_WARMUP_STEPS}
+                "graph_warmup_steps": GRAPH_WARMUP_STEPS, "knob_search": self.knob_search}
 
     def child_argv(self) -> list[str]:
         return ["--out", str(self.out), "--sections", ",".join(self.sections), "--rounds", str(self.rounds),
                 "--steps", str(self.steps), "--host-rounds", str(self.host_rounds),
                 "--gpu-repeats", str(self.gpu_repeats), "--gpu-replays", str(self.gpu_replays),
-                *(["--quick"] if self.quick else [])]
+                *(["--quick"] if self.quick else []), *(["--knob-search"] if self.knob_search else [])]
 
 
 # Loop settings: (default, --quick). An explicit option wins over both. Host rounds: with 2,
@@ -210,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget-s", type=_positive_float, default=None,
                         help="start no child once this many seconds have passed (and cut the last one's "
                              "timeout to fit); the networks left are named, and a later run can add them")
+    parser.add_argument("--knob-search", action="store_true",
+                        help="conv_knob_search on for tune() and the \"fastest\" mode (main child only)")
     parser.add_argument("--child", choices=CHILD_KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--network", choices=list(ZOO), help=argparse.SUPPRESS)
     parser.add_argument("--plan-path", type=Path, help=argparse.SUPPRESS)
@@ -222,7 +225,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         given = getattr(args, name)
         loops[name] = given if given is not None else quick if args.quick else default
     return Settings(networks=args.networks, sections=args.sections, out=args.out.resolve(), quick=args.quick,
-                    child_timeout_s=args.child_timeout, budget_s=args.budget_s, **loops)
+                    child_timeout_s=args.child_timeout, budget_s=args.budget_s, knob_search=args.knob_search,
+                    **loops)
 
 
 # ---------------------------------------------------------------------------
@@ -624,7 +628,8 @@ def run_network(network: str, settings: Settings, budget: Budget, plans: Path) -
     plan_path = plans / f"{network}.plan.json"
     children: list[tuple[str, list[str], dict[str, str]]] = []
     main_parts = [s for s in MAIN_SECTIONS if s in settings.sections]
-    if main_parts or "first_step" in settings.sections:
+    # The main child tunes the plan that the first-step and benchmark children load.
+    if main_parts or "first_step" in settings.sections or "benchmark" in settings.sections:
         children.append(("main", ["setup", *main_parts], {}))
     if "first_step" in settings.sections:
         children.append(("plan_first_step", ["first_step"], {PLAN_ENV_VAR: str(plan_path)}))
@@ -836,11 +841,21 @@ def gpu_drained_before_convs(model: torch.nn.Module) -> Iterator[None]:
     slot. In a GPU-bound step the host runs ahead until CUDA's launch queue is full, and from then
     on each launch blocks until the GPU retires older work: the profiler charges that wait to
     whichever op launches, more of it to an op that launches more kernels."""
+    def drain(*_: object) -> None:
+        torch.cuda.synchronize()
+
+    def drain_before_backward(_module: torch.nn.Module, _inputs: object, output: object) -> None:
+        # A hook on the output's gradient runs just before the conv's backward node. Not a module
+        # backward hook: that wraps the output in a custom Function, and an in-place activation
+        # on it (ReLU(inplace=True)) is then an error.
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(drain)
+
     handles = []
     for module in model.modules():
         if isinstance(module, CONV_MODULES):
-            handles.append(module.register_forward_pre_hook(lambda *_: torch.cuda.synchronize()))
-            handles.append(module.register_full_backward_pre_hook(lambda *_: torch.cuda.synchronize()))
+            handles.append(module.register_forward_pre_hook(drain))
+            handles.append(module.register_forward_hook(drain_before_backward))
     try:
         yield
     finally:
@@ -999,6 +1014,8 @@ def child_main(network: str, settings: Settings, plan_path: Path) -> dict:
     """First step (stock), tune() and the plan file, every mode's warm-up, then the main sections;
     each part's raw file is written as soon as it is measured."""
     require_extension()
+    if settings.knob_search:
+        torch.backends.cudnn.conv_knob_search = True
     trainer, workload = build_trainer(network, DEVICE)
     env = environment()
     warm_up_cuda()

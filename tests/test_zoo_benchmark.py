@@ -110,6 +110,10 @@ def test_child_argv_round_trips() -> None:
     s = zoo.settings_from(zoo.build_parser().parse_args(["--quick", "--sections", "eager,host", "--steps", "7"]))
     again = zoo.settings_from(zoo.build_parser().parse_args(s.child_argv()))
     assert again.loops() == s.loops() and again.sections == s.sections and again.out == s.out
+    assert not s.knob_search
+    knobs = zoo.settings_from(zoo.build_parser().parse_args(["--knob-search"]))
+    assert zoo.settings_from(zoo.build_parser().parse_args(knobs.child_argv())).knob_search
+    assert knobs.loops()["knob_search"] is True
 
 
 def test_help_runs_without_a_gpu() -> None:
