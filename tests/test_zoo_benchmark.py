@@ -286,6 +286,29 @@ def test_a_failed_child_leaves_its_error_in_every_part(tmp_path: Path, monkeypat
         assert "exit status 3" in json.loads(zoo.raw_path(tmp_path, "dcgan_generator", part).read_text())["error"]
 
 
+def test_benchmark_section_alone_runs_the_main_child_that_tunes_its_plan(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(zoo, "run_child", lambda kind, network, parts, *_: ran.append((kind, parts)) or {})
+    s = zoo.settings_from(zoo.build_parser().parse_args(["--sections", "benchmark", "--out", str(tmp_path)]))
+    assert zoo.run_network("dcgan_generator", s, zoo.Budget(None), tmp_path)
+    assert ran == [("main", ["setup"]), ("benchmark", ["benchmark"])]
+
+
+def test_gpu_drained_hooks_wait_before_every_conv_and_come_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One wait before each conv module's forward and one before its backward, also where an
+    in-place activation follows the conv (a module backward hook would make that an error)."""
+    waits: list[int] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *_: waits.append(1))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(inplace=True),
+                                torch.nn.ConvTranspose2d(4, 2, 1), torch.nn.Linear(6, 1))
+    with zoo.gpu_drained_before_convs(model):
+        model(torch.randn(1, 3, 8, 8)).sum().backward()
+    assert len(waits) == 4
+    model(torch.randn(1, 3, 8, 8)).sum().backward()
+    assert len(waits) == 4
+
+
 def test_budget_stops_starting_children() -> None:
     assert zoo.Budget(None).child_timeout(240) == 240
     assert zoo.Budget(1e6).child_timeout(240) == 240
