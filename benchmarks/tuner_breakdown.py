@@ -8,7 +8,7 @@ Per network, in this process (run one process per network for cold-start numbers
 - ``tune`` (default): a stock first step, one more step, then ``torch_cudnn_algo.tune()``
   timed, as ``zoo.py`` measures "tune s";
 - ``tune_first``: ``tune()`` as the network's first work in the process (its collecting pass is
-  the network's first forward and backward), then one stock step;
+  the network's first forward and backward, through stock's path), then one stock step;
 - ``flag``: the first step with all three flags set to ``"fastest"`` (the tuner runs inline);
 - ``benchmark``: stock ``benchmark=True``, the first step (its search) and the second.
 
@@ -26,9 +26,7 @@ tensors' traffic at HBM3's, whichever is slower), with the TFLOP/s and TB/s reac
 own settings come from the environment
 (``TORCH_CUDNN_ALGO_TUNE_CANDIDATES``, ``TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES``,
 ``TORCH_CUDNN_ALGO_TUNE_THREADS``); ``--no-prepare-ahead`` makes ``tune()`` build each
-configuration's candidates only when it tunes it; ``--collect-through-stock`` makes its
-collecting pass run stock's path (ATen builds its own copy of stock's configurations) instead of
-stock's configurations through the extension.
+configuration's candidates only when it tunes it.
 """
 
 from __future__ import annotations
@@ -77,8 +75,6 @@ def measure(args: argparse.Namespace) -> None:
         raise SystemExit(f"the torch_cudnn_algo extension is not loaded: {torch_cudnn_algo.load_error()}")
     if args.no_prepare_ahead:
         _tune._PREPARE_AHEAD = False
-    if args.collect_through_stock:
-        _tune._COLLECT_WITH_STOCK_CONFIG = False
     x = torch.randn(1, 8, 8, 8, device="cuda", requires_grad=True)  # CUDA, cuDNN handles: not the network's time
     torch.nn.functional.conv2d(x, torch.randn(8, 8, 3, 3, device="cuda"), padding=1).sum().backward()
 
@@ -96,8 +92,7 @@ def measure(args: argparse.Namespace) -> None:
     for network in args.networks:
         trainer, _ = build_trainer(network, "cuda")
         record = {"network": network, "mode": args.mode, "label": args.label, "settings": settings,
-                  "prepare_ahead": not args.no_prepare_ahead,
-                  "collect_runs_stock_config": not args.collect_through_stock, "gpu": torch.cuda.get_device_name()}
+                  "prepare_ahead": not args.no_prepare_ahead, "gpu": torch.cuda.get_device_name()}
         if args.mode == "benchmark":
             cudnn.benchmark = True
             record["benchmark_search_s"] = round(seconds(trainer.step), 3)
@@ -262,9 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("tune", "tune_first", "flag", "benchmark"), default="tune")
     parser.add_argument("--label", default="", help="a name for this run's settings, kept in each record")
     parser.add_argument("--no-prepare-ahead", action="store_true", help="tune() builds each configuration in turn")
-    parser.add_argument("--collect-through-stock", action="store_true",
-                        help="tune()'s collecting pass runs stock's path, not stock's configuration through the "
-                             "extension (as before 2026-11-24)")
     parser.add_argument("--jsonl", help="append each network's record and full tuning log to this file")
     parser.add_argument("--summarize", nargs="+", metavar="JSONL", help="print a markdown table of JSONL files")
     parser.add_argument("--trade", nargs="+", metavar="JSONL",

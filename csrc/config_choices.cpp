@@ -33,7 +33,6 @@ std::mutex g_stage_mutex;
 ConfigChoices g_staged;
 
 std::atomic<bool> g_recording{false};
-std::atomic<bool> g_recording_runs_stock_config{false};  // see set_config_recording
 std::mutex g_record_mutex;
 std::unordered_set<ConvKey, ConvKeyHash> g_recorded_keys;
 std::vector<std::string> g_recorded;
@@ -120,23 +119,18 @@ std::vector<std::shared_ptr<const ConfigChoice>> config_choices_in_force() {
   return entries;
 }
 
-void set_config_recording(bool enabled, bool run_stock_config) {
+void set_config_recording(bool enabled) {
   if (enabled) {
     std::lock_guard<std::mutex> lock(g_record_mutex);
     g_recorded_keys.clear();
     g_recorded.clear();
   }
-  g_recording_runs_stock_config.store(enabled && run_stock_config);
   g_recording.store(enabled);
   refresh_overrides();  // recording needs every direction's calls
 }
 
 bool config_recording() {
   return g_recording.load(std::memory_order_relaxed);
-}
-
-bool recording_runs_stock_config() {
-  return g_recording_runs_stock_config.load(std::memory_order_relaxed);
 }
 
 void record_config(const ConvKey& key) {

@@ -64,14 +64,9 @@ uint64_t config_choices_generation();
 std::vector<std::shared_ptr<const ConfigChoice>> config_choices_in_force();
 
 // While on, every configuration reaching the overrides is recorded (and runs
-// as it would otherwise). Turning it on clears the record. With
-// run_stock_config, a call that would take stock's path runs stock's
-// configuration through the pinned path instead (collect_stock_config):
-// tune("fastest") then compiles it once, not once in ATen's plan cache and
-// again in ours.
-void set_config_recording(bool enabled, bool run_stock_config = false);
+// as it would otherwise). Turning it on clears the record.
+void set_config_recording(bool enabled);
 bool config_recording();
-bool recording_runs_stock_config();
 void record_config(const ConvKey& key);
 // The recorded configurations, each as python_request() describes it, in the
 // order they were first met.

@@ -25,7 +25,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <unordered_map>
 
 namespace torch_cudnn_algo {
 namespace {
@@ -287,8 +286,9 @@ void find_stock_config(const ConvKey& key, Prepared& p, size_t threads) {
   }
 }
 
-// The heuristics' candidates of key under the rules, in their ranking, nothing built.
-Prepared list_candidates(const ConvKey& key) {
+// The heuristics' candidates under the rules, in their ranking; the first
+// round's plans built with up to `threads` threads.
+Prepared prepare(const ConvKey& key, size_t threads) {
   Prepared p;
   const auto started = Clock::now();
   for (const auto& listed : heuristic_engine_candidates(key)) {
@@ -304,33 +304,6 @@ Prepared list_candidates(const ConvKey& key) {
   }
   p.spent.heuristics_s = seconds_since(started);
   p.listed = p.candidates.size();
-  return p;
-}
-
-// Lists that tune()'s collecting pass queried (collect_stock_config), kept for
-// the configuration's preparation so that the heuristics are asked once.
-std::mutex g_collected_mutex;
-
-std::unordered_map<ConvKey, Prepared, ConvKeyHash>& collected_lists() {
-  static auto* lists = new std::unordered_map<ConvKey, Prepared, ConvKeyHash>();  // leaked, like the caches
-  return *lists;
-}
-
-std::optional<Prepared> take_collected_list(const ConvKey& key) {
-  std::lock_guard<std::mutex> lock(g_collected_mutex);
-  auto& lists = collected_lists();
-  const auto it = lists.find(key);
-  if (it == lists.end()) return std::nullopt;
-  Prepared listed = std::move(it->second);
-  lists.erase(it);
-  return listed;
-}
-
-// The heuristics' candidates under the rules, in their ranking; the first
-// round's plans built with up to `threads` threads.
-Prepared prepare(const ConvKey& key, size_t threads) {
-  std::optional<Prepared> collected = take_collected_list(key);
-  Prepared p = collected ? std::move(*collected) : list_candidates(key);
   // Heuristics A's ranking decides what the first round times; the rest of the
   // list (lower-ranked A entries, fallback) is built only if the first ones fail.
   const size_t round = first_round_candidates(key);
@@ -847,42 +820,8 @@ void prepare_fastest(ConvKey key) {
 }
 
 void cancel_prepared_fastest() {
-  {
-    const WithoutGil unlocked;  // the builders may log to Python
-    prepare_queue().cancel();
-  }
-  std::lock_guard<std::mutex> lock(g_collected_mutex);
-  collected_lists().clear();
-}
-
-std::shared_ptr<const Choice> collect_stock_config(ConvKey key) {
-  key.algo = kNoChoice;
-  Prepared listed;
-  try {
-    listed = list_candidates(key);
-  } catch (const std::exception&) {
-    return nullptr;  // the stock path runs, and the tuning meets the error itself
-  }
-  std::shared_ptr<Choice> stock_config;
-  // As find_stock_config: the first in the list's order whose plan builds.
-  for (const Candidate& candidate : listed.candidates) {
-    std::shared_ptr<const Plan> plan;
-    try {
-      bool created = false;
-      plan = get_graph_plan(key, candidate.name, &created);
-    } catch (const std::exception&) {
-      continue;  // cuDNN cannot build it: not stock's configuration
-    }
-    if (plan && plan->refusal.empty()) {
-      stock_config = std::make_shared<Choice>();
-      stock_config->engine = candidate.name;
-      stock_config->origin = "stock's configuration, run by tune()'s collecting pass";
-      break;
-    }
-  }
-  std::lock_guard<std::mutex> lock(g_collected_mutex);
-  collected_lists().insert_or_assign(key, std::move(listed));
-  return stock_config;
+  const WithoutGil unlocked;  // the builders may log to Python
+  prepare_queue().cancel();
 }
 
 bool knob_search_enabled() {

@@ -42,18 +42,8 @@ std::shared_ptr<const Choice> tune_fastest(const ConvKey& key, std::string* log_
 // different configurations overlap. The next tune_fastest of key takes them
 // and, before timing anything, waits until every queued configuration is built.
 void prepare_fastest(ConvKey key);
-// Drops queued preparations, results not taken and the lists
-// collect_stock_config kept; returns once no thread builds.
+// Drops queued preparations and results not taken; returns once no thread builds.
 void cancel_prepared_fastest();
-
-// Stock's configuration of key's problem (key.algo ignored) as the tuner
-// defines it, the first of the heuristics' list under the rules whose plan
-// builds, built into the plan cache; nullptr where none builds or the
-// heuristics fail (the stock path runs then). tune()'s collecting pass runs it
-// in place of stock's path, so that its plan, runtime-compiled or not, is built
-// once for the tuning instead of once by ATen and again by the tuner. The list
-// is kept for key's preparation, which then does not query the heuristics again.
-std::shared_ptr<const Choice> collect_stock_config(ConvKey key);
 
 // conv_knob_search: also search knob values the heuristics do not list.
 bool knob_search_enabled();

@@ -552,7 +552,7 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
   m.def("commit_plan_choices() -> ()", &commit_config_choices);
   m.def("discard_plan_choices() -> ()", &discard_staged_config_choices);
   m.def("plan_choices_in_force() -> (str[], str[], int[])", &plan_choices_in_force);
-  m.def("set_config_recording(bool enabled, bool run_stock_config=False) -> ()", &set_config_recording);
+  m.def("set_config_recording(bool enabled) -> ()", &set_config_recording);
   m.def("recorded_configs() -> str[]", &recorded_configs);
   m.def(
       "tune_fastest_conv(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "

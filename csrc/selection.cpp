@@ -2,7 +2,6 @@
 
 #include "config_choices.h"
 #include "cudnn_handle.h"
-#include "fastest_tuner.h"
 #include "graph_runner.h"
 #include "legacy_algorithms.h"
 #include "legacy_runner.h"
@@ -241,25 +240,6 @@ SelectedPlan runnable_plan(const std::shared_ptr<const Choice>& choice_ptr, cons
   return {std::move(plan), std::move(*workspace), memo->entry.get()};
 }
 
-// tune("fastest")'s collecting pass, for a call nothing chose for: stock's
-// configuration through the pinned path (collect_stock_config), or empty for
-// stock's path where it has none or it needs more workspace than
-// conv_workspace_limit. Nothing was asked for, so nothing is announced or
-// refused.
-SelectedPlan collecting_pass_plan(const ConvKey& key, SelectionMemo& memo) {
-  Selection outcome;
-  if (auto stock_config = collect_stock_config(key)) {
-    auto plan = plan_for_choice(*stock_config, key);
-    const int64_t limit = workspace_limit();
-    if (plan->refusal.empty() && (limit < 0 || static_cast<int64_t>(plan->workspace_bytes) <= limit)) {
-      outcome.choice = std::move(stock_config);
-      outcome.plan = std::move(plan);
-    }
-  }
-  const Selection& known = memo.outcomes.insert_or_assign(key, std::move(outcome)).first->second;
-  return known.plan ? with_workspace(known) : SelectedPlan{};
-}
-
 }  // namespace
 
 std::string Choice::python_literal(Direction direction) const {
@@ -435,9 +415,6 @@ SelectedPlan select_plan(ConvKey key) {
   if (policy || profile_mode()) {
     auto pick = profiled_choice(key, &settled);
     if (policy) choice = std::move(pick);
-  }
-  if (!entry && !pinned && !profile_mode() && recording_runs_stock_config()) {
-    return collecting_pass_plan(key, memo);  // nothing chose for this call
   }
   if (!choice) {
     if (settled) memo.outcomes.emplace(key, Selection{});

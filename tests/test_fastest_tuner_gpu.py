@@ -136,56 +136,6 @@ def test_tune_builds_every_configuration_ahead_then_times_each():
     assert all(planned.choice in picks for planned in plan.entries.values()), (plan, log)
 
 
-def small_mixed_net():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(inplace=True),
-        torch.nn.Conv2d(32, 32, 3, padding=1, groups=32), torch.nn.Conv2d(32, 16, 1),
-    ).cuda().to(memory_format=torch.channels_last)
-    x = torch.randn(8, 16, 32, 32, device="cuda").to(memory_format=torch.channels_last)
-    return model, x
-
-
-@pytest.mark.parametrize("with_stock_config", [True, False], ids=["collect_runs_stock_config", "collect_runs_stock"])
-def test_tune_builds_stocks_configuration_once(monkeypatch, with_stock_config):
-    """tune()'s collecting pass runs stock's configuration through the extension, so that the
-    tuning finds its plan built (and the heuristics' list kept) instead of building it again
-    after stock's path built its own copy in ATen's cache; without that, the tuning builds it."""
-    from torch_cudnn_algo import _tune
-
-    monkeypatch.setattr(_tune, "_COLLECT_WITH_STOCK_CONFIG", with_stock_config)
-    model, x = small_mixed_net()
-    torch_cudnn_algo.clear_cache()
-    with torch.autocast("cuda", dtype=torch.float16):
-        plan = torch_cudnn_algo.tune(model, x, progress=False)
-    log = torch_cudnn_algo.tuning_log()
-    assert len(log) == len(plan) == 8, log
-    for entry in log:
-        stock = next(c for c in entry["configs"] if c["config"] == entry["stock_config"])
-        assert stock["cached"] is with_stock_config, entry
-        assert_breakdown(entry)
-
-
-@pytest.mark.parametrize("direction", list(DIRECTIONS))
-def test_collecting_pass_reproduces_stock_bit_for_bit(direction):
-    """While tune("fastest") collects, a call nothing chose for runs stock's configuration
-    through the pinned path: its output is stock's own, bit for bit."""
-    x, w, grad = operands(seed=3)
-    expected = run_direction(direction, x, w, grad)
-    before = torch_cudnn_algo.pinned_run_counts()[direction]
-    ops = torch_cudnn_algo._extension.ops()
-    ops.set_config_recording(True, True)
-    try:
-        got = run_direction(direction, x, w, grad)
-    finally:
-        ops.set_config_recording(False)
-    assert torch_cudnn_algo.pinned_run_counts()[direction] == before + 1
-    assert torch.equal(got, expected)
-    after = run_direction(direction, x, w, grad)  # recording off: stock's path again
-    assert torch_cudnn_algo.pinned_run_counts()[direction] == before + 1
-    assert torch.equal(after, expected)
-
-
 def test_knob_search_tries_configurations_beyond_the_heuristics():
     x, w, grad = operands(seed=1)
     with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_knob_search=True):

@@ -77,9 +77,9 @@ def _model_state_kept(model: torch.nn.Module) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _recording(run_stock_config: bool) -> Iterator[None]:
+def _recording() -> Iterator[None]:
     ops = _extension.ops()
-    ops.set_config_recording(True, run_stock_config)
+    ops.set_config_recording(True)
     try:
         yield
     finally:
@@ -95,22 +95,9 @@ def collect_configurations(
 ) -> list[Configuration]:
     """The cuDNN convolution configurations one forward (and backward) pass of
     ``model(*example_inputs)`` runs, in the order first met."""
-    return _collect(model, example_inputs, backward=backward, loss_fn=loss_fn, run_stock_config=False)
-
-
-# tune() with policy "fastest" runs, in its collecting pass, each call that
-# nothing chose for with stock's configuration through the extension rather
-# than stock's path: the tuning then finds that plan built, where stock's path
-# would have built (runtime-compiled: compiled) it in ATen's own plan cache,
-# which the tuner cannot reach, and the tuner again in its own.
-_COLLECT_WITH_STOCK_CONFIG = True
-
-
-def _collect(model: Callable[..., object], example_inputs: torch.Tensor | Sequence[object], *, backward: bool,
-             loss_fn: Callable[[object], torch.Tensor] | None, run_stock_config: bool) -> list[Configuration]:
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     keep = _model_state_kept(model) if isinstance(model, torch.nn.Module) else contextlib.nullcontext()
-    with keep, _recording(run_stock_config):
+    with keep, _recording():
         output = model(*inputs)
         if backward:
             loss = (loss_fn or _default_loss)(output)
@@ -211,12 +198,12 @@ def tune(
         raise RuntimeError("the lowest_energy policy needs NVML's GPU energy counter, which this GPU or "
                            "driver does not offer; use 'fastest' or 'least_workspace'")
     backward = any(d != "fwd" for d in directions)
+    configurations = [c for c in collect_configurations(model, example_inputs, backward=backward,
+                                                         loss_fn=loss_fn)
+                      if c[0].direction in directions]
     plan = Plan({}, policy=policy)
     ops = _extension.ops()
     try:
-        configurations = [c for c in _collect(model, example_inputs, backward=backward, loss_fn=loss_fn,
-                                              run_stock_config=policy == "fastest" and _COLLECT_WITH_STOCK_CONFIG)
-                          if c[0].direction in directions]
         if policy == "fastest" and _PREPARE_AHEAD:
             # Every configuration's candidate plans are built in background threads,
             # configurations side by side, before the first is timed.
@@ -233,5 +220,5 @@ def tune(
                     entry = _with_execution_plan(spec, deterministic, allow_tf32, entry)
                 plan[spec] = entry
     finally:
-        ops.cancel_prepared_fastest()  # an interrupted tune() leaves no thread building, no list kept
+        ops.cancel_prepared_fastest()  # an interrupted tune() leaves no thread building
     return plan
