@@ -33,9 +33,12 @@ Per network, fresh child processes (this script with ``--child``), because first
 Sections: ``eager`` wall ms per step, modes stock / plan / fastest / control in rotated order per
 round, ratios stock/X within each round; ``control`` is stock again, so stock/control is what the
 host's noise alone gives (an A/A test: a ratio of ours inside its spread is no difference);
-``host`` torch.profiler (CPU activity) self+children CPU time per convolution op call; ``gpu`` the
+``host`` torch.profiler (CPU activity) self+children CPU time per convolution op call, as the step
+runs and with the GPU drained before every conv module (no call then waits for a free launch slot,
+which a GPU-bound step charges to whichever op launches); ``gpu`` the
 step's GPU time by CUDA-graph replay (no host time in it), stock heuristics vs ``"fastest"``;
-``first_step`` the plan children; ``benchmark`` the benchmark child.
+``first_step`` the plan children; ``benchmark`` the benchmark child. ``--knob-search`` turns
+``conv_knob_search`` on in the main child, so the plan and the ``"fastest"`` mode search knobs.
 
 Each measurement lands in ``<out>/raw/zoo/<network>.<part>.json`` as soon as it is measured
 (parts: setup, eager, host, gpu, first_step, benchmark), so runs split over several commands
