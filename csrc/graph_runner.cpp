@@ -60,6 +60,19 @@ class ConvGraph : public fe::graph::Graph {
  public:
   // The plan Graph::serialize writes: the last one built (or the deserialised one).
   int64_t serialized_plan_index() const { return plans.candidate; }
+  // Graph::create_execution_plan with each knob given by its backend type id.
+  // The frontend's knob enum has no word for several backend knob types that
+  // cuDNN's older engines still report and name (SPLIT_K k0, USE_TEX k3,
+  // KBLOCK k5, LDGA k6, LDGC k22...), so Graph::create_execution_plan refuses
+  // every configuration of those engines, and building one by name fell back
+  // to a full heuristics query: heuristics mode B, which the frontend
+  // serialises process-wide, at ~30 ms a build on the H100 (RegNetY's grouped
+  // layers: 7 of 8 build threads waiting on that lock).
+  fe::error_t create_execution_plan_with_backend_knobs(int64_t engine_id,
+                                                      const std::vector<std::pair<int64_t, int64_t>>& knobs);
+  // How many knobs cuDNN reports for `engine_id` on this graph (deprecated
+  // knob types included), or -1 if the query fails.
+  int64_t knob_count(int64_t engine_id);
   // The built (or deserialised) execution plan at `index`, or nullptr.
   const fe::ExecutionPlan* execution_plan_at(int64_t index) const;
   // Numerical notes read off a built plan: a deserialised graph has no engine
@@ -113,6 +126,48 @@ const char* note_name(fe::BehaviorNote_t note) {
     case fe::BehaviorNote_t::CUBLASLT_DEPENDENCY: return "CUBLASLT_DEPENDENCY";
     default: return nullptr;
   }
+}
+
+fe::error_t ConvGraph::create_execution_plan_with_backend_knobs(
+    int64_t engine_id, const std::vector<std::pair<int64_t, int64_t>>& knobs) {
+  // The frontend's error macros only compile inside its namespace: spelled out.
+  const auto failed = [](const char* what) {
+    return fe::error_t{fe::error_code_t::CUDNN_BACKEND_API_FAILED, what};
+  };
+  fe::detail::backend_descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  if (engine.get_status() != CUDNN_STATUS_SUCCESS) return failed("creating the engine descriptor");
+  if (const auto status =
+          fe::detail::create_engine(engine, engine_id, operation_graph->get_raw_desc(), device_properties);
+      status.is_bad()) {
+    return status;
+  }
+  std::vector<fe::detail::backend_descriptor> knob_choices;
+  for (const auto& [id, value] : knobs) {
+    fe::detail::backend_descriptor choice(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    const auto type = static_cast<cudnnBackendKnobType_t>(id);
+    int64_t knob_value = value;
+    if (choice.get_status() != CUDNN_STATUS_SUCCESS ||
+        fe::detail::set_attribute(choice.get_ptr(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
+                                  &type) != CUDNN_STATUS_SUCCESS ||
+        fe::detail::set_attribute(choice.get_ptr(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+                                  &knob_value) != CUDNN_STATUS_SUCCESS ||
+        fe::detail::finalize(choice.get_ptr()) != CUDNN_STATUS_SUCCESS) {
+      return failed("setting a knob choice");
+    }
+    knob_choices.push_back(std::move(choice));
+  }
+  auto config = fe::make_shared_backend_pointer(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  if (const auto status = fe::detail::create_engine_config(config, engine, knob_choices); status.is_bad()) {
+    return status;
+  }
+  plans.enqueue_engine_configs({config});
+  return plans.query_properties();
+}
+
+int64_t ConvGraph::knob_count(int64_t engine_id) {
+  std::vector<fe::Knob> knobs;
+  if (get_knobs_for_engine(engine_id, knobs).is_bad()) return -1;
+  return static_cast<int64_t>(knobs.size());
 }
 
 std::vector<std::string> ConvGraph::numerical_notes_at(int64_t index) const {
@@ -351,18 +406,12 @@ bool matches(const EngineName& wanted, const std::string& tag) {
          (wanted.bare || wanted.knobs == candidate->knobs);
 }
 
-std::unordered_map<fe::KnobType_t, int64_t> frontend_knobs(const EngineName& name) {
-  std::unordered_map<fe::KnobType_t, int64_t> knobs;
-  for (const auto& [id, value] : name.knobs) {
-    knobs[fe::convert_from_backend_knob_type(static_cast<cudnnBackendKnobType_t>(id))] = value;
-  }
-  return knobs;
-}
-
 // An exact configuration (engine and knobs) built straight from its name,
 // without a heuristics query: what the tuner builds dozens of per
-// configuration. Returns nullptr unless the plan is built and passes the rules;
-// the caller then takes the slow path, which also names the alternatives.
+// configuration. A bare name is exact only for an engine without knobs (else
+// it means the knobs the heuristics rank first). Returns nullptr unless the
+// plan is built and passes the rules; the caller then takes the slow path,
+// which also names the alternatives.
 std::shared_ptr<GraphPlan> build_exact_graph_plan(const ConvKey& key, const EngineName& wanted) {
   auto plan = std::make_shared<GraphPlan>();
   plan->key = key;
@@ -372,7 +421,8 @@ std::shared_ptr<GraphPlan> build_exact_graph_plan(const ConvKey& key, const Engi
     return nullptr;
   }
   ConvGraph& graph = *plan->graph;
-  if (graph.create_execution_plan(wanted.engine, frontend_knobs(wanted)).is_bad()) return nullptr;
+  if (wanted.bare && graph.knob_count(wanted.engine) != 0) return nullptr;  // "the knobs ranked first"
+  if (graph.create_execution_plan_with_backend_knobs(wanted.engine, wanted.knobs).is_bad()) return nullptr;
   const int64_t index = graph.get_execution_plan_count() - 1;
   if (index < 0 || !precision_refusal(key, graph.numerical_notes_at(index)).empty() ||
       graph.build_plan_at_index(index).is_bad()) {
@@ -389,9 +439,8 @@ std::shared_ptr<GraphPlan> build_exact_graph_plan(const ConvKey& key, const Engi
 }
 
 std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineName& wanted) {
-  if (!wanted.bare) {
-    if (auto exact = build_exact_graph_plan(key, wanted)) return exact;
-  }
+  if (auto exact = build_exact_graph_plan(key, wanted)) return exact;
+  count_plan_built_by_heuristics();
   auto plan = std::make_shared<GraphPlan>();
   plan->key = key;
   plan->choice = wanted.canonical;
@@ -412,7 +461,7 @@ std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineNam
     index = found->index;
   } else {
     // Not offered by the heuristics: ask cuDNN for that engine (and knobs) directly.
-    if (graph.create_execution_plan(wanted.engine, frontend_knobs(wanted)).is_good()) {
+    if (graph.create_execution_plan_with_backend_knobs(wanted.engine, wanted.knobs).is_good()) {
       index = graph.get_execution_plan_count() - 1;
     }
   }

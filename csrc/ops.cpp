@@ -381,6 +381,7 @@ c10::Dict<std::string, int64_t> plan_build_counts_op() {
   const auto counts = plan_build_counts();
   c10::Dict<std::string, int64_t> out;
   out.insert("built", counts.built);
+  out.insert("built_by_heuristics", counts.built_by_heuristics);
   out.insert("deserialized", counts.deserialized);
   out.insert("prefetched", counts.prefetched);
   out.insert("deserialize_failed", counts.deserialize_failed);

@@ -10,6 +10,7 @@ namespace {
 
 // Relaxed: counts for tests and reports, ordered by nothing.
 std::atomic<int64_t> g_built{0};
+std::atomic<int64_t> g_built_by_heuristics{0};
 std::atomic<int64_t> g_deserialized{0};
 std::atomic<int64_t> g_prefetched{0};
 std::atomic<int64_t> g_deserialize_failed{0};
@@ -53,6 +54,10 @@ void count_plan_built(int64_t us) {
   g_build_us.fetch_add(us, std::memory_order_relaxed);
 }
 
+void count_plan_built_by_heuristics() {
+  g_built_by_heuristics.fetch_add(1, std::memory_order_relaxed);
+}
+
 void add_plan_deserialize_us(int64_t us) {
   g_deserialize_us.fetch_add(us, std::memory_order_relaxed);
 }
@@ -67,9 +72,10 @@ void count_plan_deserialize_failed() {
 }
 
 PlanBuildCounts plan_build_counts() {
-  return {g_built.load(std::memory_order_relaxed),          g_deserialized.load(std::memory_order_relaxed),
-          g_prefetched.load(std::memory_order_relaxed),     g_deserialize_failed.load(std::memory_order_relaxed),
-          g_build_us.load(std::memory_order_relaxed),       g_deserialize_us.load(std::memory_order_relaxed)};
+  return {g_built.load(std::memory_order_relaxed),      g_built_by_heuristics.load(std::memory_order_relaxed),
+          g_deserialized.load(std::memory_order_relaxed), g_prefetched.load(std::memory_order_relaxed),
+          g_deserialize_failed.load(std::memory_order_relaxed), g_build_us.load(std::memory_order_relaxed),
+          g_deserialize_us.load(std::memory_order_relaxed)};
 }
 
 }  // namespace torch_cudnn_algo

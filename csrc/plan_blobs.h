@@ -41,13 +41,15 @@ std::string gpu_model_name(int device);
 
 // Monotonic counts since the process started, for tests and benchmarks:
 // graph plans built from scratch for the plan cache (heuristics and engine
-// build), rebuilt from a blob (of those, loaded ahead by a prefetch worker: see
+// build; of those, the ones whose configuration a heuristics query had to find,
+// which is slow: see build_exact_graph_plan), rebuilt from a blob (of those, loaded ahead by a prefetch worker: see
 // BlobPrefetch in graph_runner.cpp), and blobs that cuDNN could not load (the
 // plan was then built); and the microseconds spent building and rebuilding,
 // added up over threads, so that a first step's time can be split into what
 // plans cost and what they did not.
 struct PlanBuildCounts {
   int64_t built = 0;
+  int64_t built_by_heuristics = 0;
   int64_t deserialized = 0;
   int64_t prefetched = 0;
   int64_t deserialize_failed = 0;
@@ -55,6 +57,7 @@ struct PlanBuildCounts {
   int64_t deserialize_us = 0;  // attempts that failed included
 };
 void count_plan_built(int64_t us);
+void count_plan_built_by_heuristics();
 void count_plan_deserialized(bool prefetched);
 void count_plan_deserialize_failed();
 void add_plan_deserialize_us(int64_t us);

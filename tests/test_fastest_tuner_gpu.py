@@ -7,6 +7,7 @@ float64 reference (the pick's output); the memo against the contract's rules
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -134,6 +135,58 @@ def test_tune_builds_every_configuration_ahead_then_times_each():
         assert entry["time_s"]["build"] > 0  # in the background threads
     picks = {entry["pick"] for entry in log}
     assert all(planned.choice in picks for planned in plan.entries.values()), (plan, log)
+
+
+# Backend knob types (cudnnBackendKnobType_t) that cudnn_frontend's KnobType_t has
+# no word for (SPLIT_K, USE_TEX, KBLOCK, LDGA, LDGB, CHUNK_K, SPLIT_H, WINO_TILE,
+# CTA_SPLIT_K_MODE, SLICED, SPLIT_RS, SINGLEBUFFER, LDGC), which cuDNN's older
+# engines still name: the frontend refuses every configuration carrying one.
+FRONTEND_UNNAMED_KNOBS = {0, 3, 5, 6, 7, 8, 9, 10, 16, 19, 20, 21, 22}
+
+
+def test_configurations_with_knobs_the_frontend_cannot_name_build_without_a_heuristics_query():
+    # RegNetY's grouped 3x3 layer (group width 24), where cuDNN ranks such engines.
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(shape, generator=gen).half().cuda().contiguous(memory_format=torch.channels_last)
+
+    x, w, grad = randn(16, 48, 56, 56), randn(48, 24, 3, 3), randn(16, 48, 56, 56)
+    mask = [True, True, False]
+
+    def step():
+        out = torch.nn.functional.conv2d(x, w, padding=1, groups=2)
+        dx, dw, _ = torch.ops.aten.convolution_backward(grad, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 2,
+                                                        mask)
+        return {"fwd": out, "bwd_data": dx, "bwd_filter": dw}
+
+    stock = step()
+    before = torch_cudnn_algo.plan_build_counts()
+    with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_bwd_data_algo="fastest",
+                                conv_bwd_filter_algo="fastest"):
+        step()
+    after = torch_cudnn_algo.plan_build_counts()
+    log = torch_cudnn_algo.tuning_log()
+    assert sorted(entry["direction"] for entry in log) == sorted(DIRECTIONS), log
+
+    def unnamed(config):
+        return {int(knob) for knob in re.findall(r"_k(\d+)=", config)} & FRONTEND_UNNAMED_KNOBS
+
+    named = {entry["direction"]: [c["config"] for c in entry["configs"] if c["runnable"] and unnamed(c["config"])]
+             for entry in log}
+    if not any(named.values()):
+        pytest.skip("cuDNN lists no configuration with such knobs for this layer on this GPU")
+    # Every candidate was built from its name: none needed a heuristics query.
+    assert after["built"] > before["built"]
+    assert after["built_by_heuristics"] == before["built_by_heuristics"], (named, before, after)
+    for entry in log:
+        direction = entry["direction"]
+        # Stock's configuration, built from its name and pinned, is stock's: same bits.
+        with torch_cudnn_algo.flags(**{FLAG[direction]: entry["stock_config"], "conv_algo_strict": True}):
+            assert torch.equal(step()[direction], stock[direction]), entry["stock_config"]
+        for config in named[direction]:
+            with torch_cudnn_algo.flags(**{FLAG[direction]: config, "conv_algo_strict": True}):
+                assert relative_error(step()[direction], stock[direction]) < 1e-2, config
 
 
 def test_knob_search_tries_configurations_beyond_the_heuristics():

@@ -456,7 +456,9 @@ def plan_run_counts() -> dict[str, int]:
 def plan_build_counts() -> dict[str, int]:
     """How many engine-configuration plans this process built from scratch
     (``"built"``: cuDNN heuristics and engine build, possibly runtime
-    compilation), rebuilt from a plan's execution plans (``"deserialized"``;
+    compilation; ``"built_by_heuristics"`` of them needed a heuristics query
+    to find their configuration, a name that does not fix every knob of its
+    engine or one cuDNN cannot build as named), rebuilt from a plan's execution plans (``"deserialized"``;
     ``"prefetched"`` of them were loaded ahead of their first call by the
     worker threads that the first such call on a device starts), and could not
     rebuild from one (``"deserialize_failed"``: then built); ``"build_us"`` and
