@@ -39,8 +39,8 @@ std::shared_ptr<const Choice> tune_fastest(const ConvKey& key, std::string* log_
 
 // Queues key's candidate plans to be built ahead in background threads (no GPU
 // work, nothing timed): tune() knows every configuration first, and builds of
-// different configurations overlap. The next tune_fastest of key takes them
-// and, before timing anything, waits until every queued configuration is built.
+// different configurations overlap. The next tune_fastest of key waits for
+// them alone and times them while later configurations are still being built.
 void prepare_fastest(ConvKey key);
 // Drops queued preparations and results not taken; returns once no thread builds.
 void cancel_prepared_fastest();

@@ -109,6 +109,8 @@ def assert_breakdown(entry):
         host_added_us = pick["host_us"] - (stock["host_us"] * 1.10 + 2.0)
         gpu_saved_us = (stock["ms"] - pick["ms"]) * 1e3
         assert host_added_us <= 0 or gpu_saved_us >= 2 * host_added_us * (1 - 1e-4), entry
+    # Two timed batches (first round, finalists), each timed at most 3 times.
+    assert 0 <= entry["retimed_batches"] <= 2 * 2 + 2 * entry["knob_configs"], entry
     tried = [c for c in configs if c["build_s"] is not None]
     built = [c for c in tried if not c["cached"]]
     assert entry["built"] == len(built) and entry["built_rtc"] == sum(c["rtc"] for c in built)

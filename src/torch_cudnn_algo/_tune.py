@@ -206,7 +206,8 @@ def tune(
     try:
         if policy == "fastest" and _PREPARE_AHEAD:
             # Every configuration's candidate plans are built in background threads,
-            # configurations side by side, before the first is timed.
+            # configurations side by side; each is timed once its own are built,
+            # while the threads build the ones after it.
             for spec, deterministic, allow_tf32, device in configurations:
                 with torch.cuda.device(device):
                     ops.prepare_fastest_conv(spec.direction, *spec.op_args(), deterministic, allow_tf32)
