@@ -81,14 +81,16 @@ constexpr int64_t kMaxValuesPerKnob = 12;
 // one call and its two events, so the GPU never waits for the host.
 constexpr int64_t kSpinCyclesPerCall = 80'000;  // ~40 us at H100 clocks
 // A batch whose spin ran out before the host had queued every call may have
-// timed the GPU waiting for the host: it is timed again behind twice the spin;
-// if the host falls behind again, the batch waits until no build runs in the
-// process, then is timed a last time behind 1.5x the least host time the
-// calls took. The host is held up by builds on other threads (a launch waited
-// up to ~100 ms beside runtime compilation on the H100) and some engines take
-// milliseconds of host time per call (RegNetY's and ResNeXt's grouped layers:
-// up to 3.4 ms, launching per group).
+// timed the GPU waiting for the host: it is timed again; if the host falls
+// behind again, the batch waits until no build runs in the process and is
+// timed a last time. Some engines take milliseconds of host time per call
+// (RegNetY's and ResNeXt's grouped layers: up to 3.4 ms, launching per group),
+// so each call's share of the spin is at least kSpinPerHostTime times the
+// least host time its candidate took so far; and the host is held up by builds
+// on other threads (a launch waited up to ~100 ms beside runtime compilation
+// on the H100), so each attempt at least doubles the spin.
 constexpr int kMaxTimingAttempts = 3;
+constexpr double kSpinPerHostTime = 1.5;
 
 std::atomic<bool> g_knob_search{false};
 std::mutex g_log_mutex;
@@ -516,8 +518,22 @@ void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
   }
   c10::Event spin_end(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
   std::vector<double> host_us(calls);
-  int64_t spin_cycles = kSpinCyclesPerCall * static_cast<int64_t>(calls);
-  double least_host_total_us = std::numeric_limits<double>::infinity();
+  // The least host µs per call seen of each candidate: earlier batches, then this one's attempts.
+  std::vector<double> least_host_us(indices.size(), std::numeric_limits<double>::infinity());
+  for (size_t j = 0; j < indices.size(); ++j) {
+    for (const double us : candidates_[indices[j]].host_us) least_host_us[j] = std::min(least_host_us[j], us);
+  }
+  const double cycles_per_us = spin_cycles_per_us();
+  const auto spin_for_host = [&] {
+    int64_t cycles = 0;
+    for (size_t j = 0; j < indices.size(); ++j) {
+      const double host_cycles =
+          std::isfinite(least_host_us[j]) ? kSpinPerHostTime * least_host_us[j] * cycles_per_us : 0;
+      cycles += std::max(kSpinCyclesPerCall, static_cast<int64_t>(host_cycles)) * reps;
+    }
+    return cycles;
+  };
+  int64_t spin_cycles = spin_for_host();
   double waited_s = 0;
   for (int attempt = 1;; ++attempt) {
     at::cuda::sleep(spin_cycles);
@@ -538,16 +554,16 @@ void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
     ends.back().synchronize();
     if (host_kept_up || attempt == kMaxTimingAttempts) break;
     ++retimed_batches_;
-    double host_total_us = 0;
-    for (const double us : host_us) host_total_us += us;
-    least_host_total_us = std::min(least_host_total_us, host_total_us);
-    spin_cycles *= 2;
+    for (size_t call = 0; call < calls; ++call) {  // calls go round the candidates
+      auto& least = least_host_us[call % indices.size()];
+      least = std::min(least, host_us[call]);
+    }
     if (attempt + 1 == kMaxTimingAttempts) {
       const auto wait_started = Clock::now();
       wait_until_prepared_all();
       waited_s = seconds_since(wait_started);
-      spin_cycles = std::max(spin_cycles, static_cast<int64_t>(1.5 * least_host_total_us * spin_cycles_per_us()));
     }
+    spin_cycles = std::max(2 * spin_cycles, spin_for_host());
   }
   size_t k = 0;
   for (int r = 0; r < reps; ++r) {
