@@ -169,7 +169,7 @@ double build_plans(const ConvKey& key, std::vector<Candidate>& candidates, const
       const auto build_started = Clock::now();
       try {
         bool created = false;
-        c.plan = get_graph_plan(key, c.name, &created);
+        c.plan = get_graph_plan(key, c.name, &created, c.rtc);
         c.cached = !created;
       } catch (const std::exception&) {
         c.plan = nullptr;  // cuDNN cannot build it: not a candidate

@@ -1,5 +1,6 @@
 #include "graph_runner.h"
 
+#include "compile_workers.h"
 #include "config_choices.h"
 #include "cudnn_handle.h"
 #include "plan_blobs.h"
@@ -757,15 +758,32 @@ EngineName parse_engine_name(const std::string& name) {
 }
 
 std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string& engine,
-                                           bool* created) {
+                                           bool* created, bool runtime_compiled) {
   return graph_cache().get(GraphKey{key, engine}, created, [&] {
     const EngineName wanted = parse_engine_name(engine);
     if (auto plan = plan_from_blob(key, wanted)) return plan;
     const auto started = std::chrono::steady_clock::now();
+    CompileElsewhere elsewhere;  // its local turn, if any, is held until this build is done
+    if (runtime_compiled) {
+      elsewhere = compile_elsewhere(key, wanted.canonical);
+      if (elsewhere.blob) {
+        std::string why;
+        auto plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*elsewhere.blob), &why);
+        if (plan) {
+          count_plan_built(microseconds_since(started));
+          return plan;
+        }
+      }
+    }
     std::shared_ptr<const Plan> plan = build_graph_plan(key, wanted);
     count_plan_built(microseconds_since(started));
     return plan;
   });
+}
+
+SerializedPlan build_serialized_graph_plan(const ConvKey& key, const std::string& engine) {
+  const auto plan = build_graph_plan(key, parse_engine_name(engine));
+  return serialize_graph_plan(*plan);
 }
 
 void clear_graph_plans() {

@@ -27,9 +27,11 @@ EngineName parse_engine_name(const std::string& name);
 
 // The plan running `engine` on `key`'s problem, built on first use (heuristics
 // query, support check and plan build; nothing executed). `*created` as for
-// get_legacy_plan. Must run with key.device current.
+// get_legacy_plan. Must run with key.device current. A `runtime_compiled`
+// configuration (cuDNN's RUNTIME_COMPILATION note) may be built by a compile
+// worker while tune() runs (see compile_workers.h).
 std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string& engine,
-                                           bool* created);
+                                           bool* created, bool runtime_compiled = false);
 
 void clear_graph_plans();
 size_t graph_plan_count();
@@ -43,6 +45,10 @@ struct SerializedPlan {
 // What a plan file stores of a built plan (see plan_blobs.h): get_graph_plan
 // rebuilds it from that on a GPU of the same model, cuDNN and frontend.
 SerializedPlan serialize_graph_plan(const Plan& plan);
+
+// `engine` built for `key` outside the plan cache and serialised: what a
+// compile worker sends back.
+SerializedPlan build_serialized_graph_plan(const ConvKey& key, const std::string& engine);
 
 // One plan of the graph plan cache, for tests and reports.
 struct GraphPlanSummary {

@@ -1,6 +1,7 @@
 // Control surface of the extension, as torch.ops.torch_cudnn_algo.* operators.
 // The Python package wraps these; they are not meant to be called directly.
 #include "common.h"
+#include "compile_workers.h"
 #include "config_choices.h"
 #include "cudnn_handle.h"
 #include "fastest_tuner.h"
@@ -11,6 +12,7 @@
 #include "overrides.h"
 #include "plan_blobs.h"
 #include "profiling.h"
+#include "python_bridge.h"
 #include "selection.h"
 
 #include <ATen/ops/empty.h>
@@ -390,6 +392,26 @@ c10::Dict<std::string, int64_t> plan_build_counts_op() {
   return out;
 }
 
+void enable_compile_workers_op(std::vector<std::string> command, int64_t count) {
+  TORCH_CHECK_VALUE(count >= 0, "torch_cudnn_algo: compile workers must be 0 or more, got ", count);
+  enable_compile_workers(std::move(command), count);
+}
+
+void disable_compile_workers_op() {
+  const WithoutGil unlocked;  // waits for builds in flight
+  disable_compile_workers();
+}
+
+c10::Dict<std::string, int64_t> compile_worker_counts_op() {
+  const auto counts = compile_worker_counts();
+  c10::Dict<std::string, int64_t> out;
+  out.insert("started", counts.started);
+  out.insert("ready", counts.ready);
+  out.insert("builds", counts.builds);
+  out.insert("failed_builds", counts.failed_builds);
+  return out;
+}
+
 // The graph plans built or deserialised so far, as columns: direction,
 // convolution, engine name asked for, configuration run, refusal, workspace
 // bytes, deserialised.
@@ -566,6 +588,9 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "bool allow_tf32) -> ()",
       &prepare_fastest_conv);
   m.def("cancel_prepared_fastest() -> ()", &cancel_prepared_fastest);
+  m.def("enable_compile_workers(str[] command, int count) -> ()", &enable_compile_workers_op);
+  m.def("disable_compile_workers() -> ()", &disable_compile_workers_op);
+  m.def("compile_worker_counts() -> Dict(str, int)", &compile_worker_counts_op);
 }
 
 }  // namespace torch_cudnn_algo

@@ -298,3 +298,39 @@ def test_pinned_call_fills_no_more_memory_than_stock_under_deterministic_algorit
         return sum("FillFunctor" in name for name in names)
 
     assert fills(pinned) <= fills(stock), (pinned, stock)
+
+
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch, kernel):
+    # A depthwise layer as in MobileNetV3, where cuDNN's configurations are
+    # runtime-compiled; every such build goes to a worker process.
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_WORKERS", "2")
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_HERE", "0")
+    torch_cudnn_algo.clear_cache()
+    gen = torch.Generator().manual_seed(kernel)
+    conv = torch.nn.Conv2d(120, 120, kernel, padding=kernel // 2, groups=120, bias=False)
+    conv = conv.cuda().half().to(memory_format=torch.channels_last)
+    x = torch.randn((64, 120, 28, 28), generator=gen).half().cuda().contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        stock = conv(x)
+    ops = torch_cudnn_algo._extension.ops()
+    before = dict(ops.compile_worker_counts())
+    plan = torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False)
+    after = dict(ops.compile_worker_counts())
+    (entry,) = torch_cudnn_algo.tuning_log()
+    compiled = [c["config"] for c in entry["configs"] if c["rtc"] and c["build_s"] is not None and c["runnable"]]
+    if not compiled:
+        pytest.skip("cuDNN lists no runtime-compiled configuration for this layer on this GPU")
+    assert after["ready"] > before["ready"], (before, after)
+    assert after["failed_builds"] == before["failed_builds"], (before, after)
+    assert after["builds"] - before["builds"] >= len(compiled), (compiled, before, after)
+    assert all(planned.execution_plan is not None for planned in plan.entries.values()), plan
+    built = torch_cudnn_algo.plan_build_counts()["built"]
+    with torch.no_grad():
+        # Stock's configuration, as the worker built it, is stock's: same bits.
+        with torch_cudnn_algo.flags(conv_fwd_algo=entry["stock_config"], conv_algo_strict=True):
+            assert torch.equal(conv(x), stock), entry["stock_config"]
+        for config in compiled:
+            with torch_cudnn_algo.flags(conv_fwd_algo=config, conv_algo_strict=True):
+                assert relative_error(conv(x), stock) < 1e-2, config
+    assert torch_cudnn_algo.plan_build_counts()["built"] == built  # the workers' plans ran, none rebuilt here

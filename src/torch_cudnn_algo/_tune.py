@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from . import _extension, _flags, _nvml
+from . import _compile_workers, _extension, _flags, _nvml
 from ._conv_spec import DIRECTION_NAMES, ConvSpec
 from ._plan import Plan, PlanEntry, SerializedPlan
 from ._profile import profile
@@ -202,6 +202,14 @@ def tune(
                                                          loss_fn=loss_fn)
                       if c[0].direction in directions]
     plan = Plan({}, policy=policy)
+    with _compile_workers.running(policy == "fastest" and _PREPARE_AHEAD):
+        _decide_all(configurations, plan, policy, progress, execution_plans)
+    return plan
+
+
+def _decide_all(configurations: Sequence[Configuration], plan: Plan, policy: str, progress: bool,
+                execution_plans: bool) -> None:
+    """Decides every configuration into ``plan`` (see :func:`tune`)."""
     ops = _extension.ops()
     try:
         if policy == "fastest" and _PREPARE_AHEAD:
@@ -222,4 +230,3 @@ def tune(
                 plan[spec] = entry
     finally:
         ops.cancel_prepared_fastest()  # an interrupted tune() leaves no thread building
-    return plan
