@@ -360,7 +360,8 @@ Prepared prepare(const ConvKey& key, size_t threads) {
 // the configurations after it. Runtime compilation serialises in the process
 // (NVRTC holds a process-wide lock while it compiles), so the compiles are a
 // chain that timing need not wait behind: on mobilenet_v3_large 29 compiles,
-// ~7 s, against ~1 s of warm-up, timing and float64 checks (H100).
+// ~7 s, against ~1 s of warm-up, timing and float64 checks (H100); compile
+// workers in other processes share that chain (see compile_workers.h).
 using PrepareQueue = WorkQueue<ConvKey, Prepared, ConvKeyHash>;
 
 // One configuration's preparation on a queue thread; nullopt when it failed
