@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -42,7 +43,29 @@ static_assert(std::is_trivially_copyable_v<ConvKey>, "ConvKey is sent as bytes")
 constexpr int kAnswerTimeoutMs = 120'000;
 constexpr int kReadyTimeoutMs = 120'000;
 
+// Writing to a worker that died raises SIGPIPE, which kills a process that
+// has not ignored it (Python ignores it, a program embedding it may not): the
+// signal is blocked on this thread while writing, and one it raised is taken.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &previous_);
+  }
+  ~SigpipeBlocked() {
+    const timespec none{0, 0};
+    while (sigtimedwait(&pipe_, nullptr, &none) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  sigset_t pipe_, previous_;
+};
+
 bool write_all(int fd, const void* data, size_t bytes) {
+  const SigpipeBlocked blocked;
   const auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::write(fd, p, bytes);
@@ -84,10 +107,12 @@ std::atomic<int64_t> g_started{0}, g_ready{0}, g_builds{0}, g_failed_builds{0};
 
 class CompilePool {
  public:
+  // tune() may run in several threads at once: the first enable decides the
+  // workers, the last disable stops them.
   void enable(std::vector<std::string> command, int64_t count) {
     std::lock_guard<std::mutex> lock(mutex_);
-    TORCH_CHECK(!enabled_, "torch_cudnn_algo: compile workers are already enabled");
-    TORCH_CHECK(!command.empty(), "torch_cudnn_algo: a compile worker needs a command");
+    TORCH_CHECK_VALUE(!command.empty(), "torch_cudnn_algo: a compile worker needs a command");
+    if (users_++ > 0) return;
     command_ = std::move(command);
     max_workers_ = std::max<int64_t>(0, count);
     // TORCH_CUDNN_ALGO_COMPILE_HERE=0 (tests, measurements): every such build
@@ -100,6 +125,7 @@ class CompilePool {
     std::vector<std::unique_ptr<Worker>> workers;
     {
       std::unique_lock<std::mutex> lock(mutex_);
+      if (users_ == 0 || --users_ > 0) return;
       enabled_ = false;
       changed_.notify_all();  // callers waiting for a turn build here
       changed_.wait(lock, [&] { return busy_ == 0; });
@@ -258,6 +284,7 @@ class CompilePool {
   std::vector<std::string> command_;
   int64_t max_workers_ = 0;
   bool enabled_ = false;
+  int64_t users_ = 0;  // enables not yet disabled
   bool compile_here_ = true;
   bool local_busy_ = false;
   int64_t busy_ = 0;  // workers in ask()

@@ -28,10 +28,11 @@
 namespace torch_cudnn_algo {
 
 // Allows up to `count` workers, each started as `command` plus the device
-// index; `command` runs torch_cudnn_algo_compile_worker(3, 4, device). Raises
-// if workers are already enabled.
+// index; `command` runs torch_cudnn_algo_compile_worker(3, 4, device). Calls
+// nest (tune() in several threads): the first one's command and count hold.
 void enable_compile_workers(std::vector<std::string> command, int64_t count);
-// Waits for builds in flight, stops the workers and disables them.
+// Ends one enable_compile_workers; the last waits for builds in flight, stops
+// the workers and disables them. Without an enable, nothing.
 void disable_compile_workers();
 
 // One runtime-compiled build of `engine` for `key`: the plan a worker built,
