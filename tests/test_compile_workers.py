@@ -5,6 +5,7 @@ Workers building real plans: tests/test_fastest_tuner_gpu.py."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import subprocess
@@ -53,13 +54,13 @@ def test_a_worker_says_ready_and_exits_at_end_of_input_or_fails_with_a_message()
     requests_read, requests_write = os.pipe()
     answers_read, answers_write = os.pipe()
 
-    def wire_fds() -> None:  # the worker's protocol runs on fds 3 and 4
-        os.dup2(requests_read, 3)
-        os.dup2(answers_write, 4)
+    def wire_fds() -> None:  # the worker's protocol runs on fds 3 and 4, as the extension spawns it
+        requests, answers = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (requests_read, answers_write))
+        os.dup2(requests, 3)
+        os.dup2(answers, 4)
 
-    worker = subprocess.Popen([*_compile_workers.worker_command(), "0"], preexec_fn=wire_fds,
-                              pass_fds=(requests_read, answers_write), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    worker = subprocess.Popen([*_compile_workers.worker_command(), "0"], preexec_fn=wire_fds, close_fds=False,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.close(requests_read)
     os.close(answers_write)
     hello = os.read(answers_read, 4)
