@@ -57,7 +57,7 @@ struct GraphPlanSummary {
   std::string choice;  // the configuration cuDNN runs
   std::string refusal;
   int64_t workspace;
-  bool deserialized;  // rebuilt from a plan file's blob rather than built here
+  bool deserialized;  // loaded from a serialised plan (a plan file's, or a compile worker's)
 };
 std::vector<GraphPlanSummary> graph_plan_summaries();
 

@@ -22,6 +22,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <initializer_list>
 
 #include <tuple>
 #include <unordered_map>
@@ -379,17 +380,22 @@ std::tuple<at::Tensor, std::string> plan_blob(
   return {tensor_of(serialized.data), serialized.why_not};
 }
 
-c10::Dict<std::string, int64_t> plan_build_counts_op() {
-  const auto counts = plan_build_counts();
+// Named counters as the Dict(str, int) the Python side reads.
+c10::Dict<std::string, int64_t> counts_dict(std::initializer_list<std::pair<const char*, int64_t>> counts) {
   c10::Dict<std::string, int64_t> out;
-  out.insert("built", counts.built);
-  out.insert("built_by_heuristics", counts.built_by_heuristics);
-  out.insert("deserialized", counts.deserialized);
-  out.insert("prefetched", counts.prefetched);
-  out.insert("deserialize_failed", counts.deserialize_failed);
-  out.insert("build_us", counts.build_us);
-  out.insert("deserialize_us", counts.deserialize_us);
+  for (const auto& [name, value] : counts) out.insert(name, value);
   return out;
+}
+
+c10::Dict<std::string, int64_t> plan_build_counts_op() {
+  const auto c = plan_build_counts();
+  return counts_dict({{"built", c.built},
+                      {"built_by_heuristics", c.built_by_heuristics},
+                      {"deserialized", c.deserialized},
+                      {"prefetched", c.prefetched},
+                      {"deserialize_failed", c.deserialize_failed},
+                      {"build_us", c.build_us},
+                      {"deserialize_us", c.deserialize_us}});
 }
 
 void enable_compile_workers_op(std::vector<std::string> command, int64_t count) {
@@ -403,13 +409,9 @@ void disable_compile_workers_op() {
 }
 
 c10::Dict<std::string, int64_t> compile_worker_counts_op() {
-  const auto counts = compile_worker_counts();
-  c10::Dict<std::string, int64_t> out;
-  out.insert("started", counts.started);
-  out.insert("ready", counts.ready);
-  out.insert("builds", counts.builds);
-  out.insert("failed_builds", counts.failed_builds);
-  return out;
+  const auto c = compile_worker_counts();
+  return counts_dict(
+      {{"started", c.started}, {"ready", c.ready}, {"builds", c.builds}, {"failed_builds", c.failed_builds}});
 }
 
 // The graph plans built or deserialised so far, as columns: direction,
