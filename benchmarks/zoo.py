@@ -94,6 +94,7 @@ CHILD_RESULT_PREFIX = "ZOO_CHILD_RESULT "
 PLAN_ENV_VAR = "TORCH_CUDNN_ALGO_PLAN"
 # Environment variables that would make a "stock" child run pinned algorithms or a plan.
 STOCK_UNSAFE_ENV_PREFIXES = ("TORCH_CUDNN_CONV_", PLAN_ENV_VAR)
+COMPILE_CACHE_ENV_VAR = "TORCH_CUDNN_ALGO_COMPILE_CACHE"  # csrc/compiled_plan_cache.h
 DEVICE = "cuda"
 CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
 CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
@@ -658,6 +659,9 @@ def run_parent(settings: Settings) -> int:
     unfinished: list[str] = []
     budget = Budget(settings.budget_s)
     plans = Path(tempfile.mkdtemp(prefix="zoo-plans-"))
+    # tune() measured as on a machine that never tuned these networks: an empty compiled
+    # plan cache for this run, unless the caller names one (to measure a warm cache).
+    os.environ.setdefault(COMPILE_CACHE_ENV_VAR, str(plans / "compiled-plans"))
     try:
         for network in settings.networks:
             try:

@@ -1,6 +1,7 @@
 #include "graph_runner.h"
 
 #include "compile_workers.h"
+#include "compiled_plan_cache.h"
 #include "config_choices.h"
 #include "cudnn_handle.h"
 #include "plan_blobs.h"
@@ -765,18 +766,32 @@ std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string
     const auto started = std::chrono::steady_clock::now();
     CompileElsewhere elsewhere;  // its local turn, if any, is held until this build is done
     if (runtime_compiled) {
+      if (auto saved = load_compiled_plan(key, wanted.canonical)) {  // an earlier process compiled it
+        std::string why;
+        auto plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*saved), &why);
+        if (plan) {
+          count_compiled_plan_loaded();
+          return plan;
+        }
+        if (!why.empty()) count_compiled_plan_rejected();
+      }
       elsewhere = compile_elsewhere(key, wanted.canonical);
       if (elsewhere.blob) {
         std::string why;
         auto plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*elsewhere.blob), &why);
         if (plan) {
           count_plan_built(microseconds_since(started));
+          save_compiled_plan(key, wanted.canonical, *elsewhere.blob);
           return plan;
         }
       }
     }
     std::shared_ptr<const Plan> plan = build_graph_plan(key, wanted);
     count_plan_built(microseconds_since(started));
+    if (runtime_compiled) {
+      const SerializedPlan serialized = serialize_graph_plan(*plan);  // empty for a refused plan
+      if (serialized.why_not.empty()) save_compiled_plan(key, wanted.canonical, serialized.data);
+    }
     return plan;
   });
 }

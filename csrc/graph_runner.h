@@ -28,8 +28,10 @@ EngineName parse_engine_name(const std::string& name);
 // The plan running `engine` on `key`'s problem, built on first use (heuristics
 // query, support check and plan build; nothing executed). `*created` as for
 // get_legacy_plan. Must run with key.device current. A `runtime_compiled`
-// configuration (cuDNN's RUNTIME_COMPILATION note) may be built by a compile
-// worker while tune() runs (see compile_workers.h).
+// configuration (cuDNN's RUNTIME_COMPILATION note) is loaded from the compiled
+// plan cache when an earlier process saved it, else may be built by a compile
+// worker while tune() runs, and is then saved (see compiled_plan_cache.h and
+// compile_workers.h).
 std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string& engine,
                                            bool* created, bool runtime_compiled = false);
 

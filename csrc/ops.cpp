@@ -2,6 +2,7 @@
 // The Python package wraps these; they are not meant to be called directly.
 #include "common.h"
 #include "compile_workers.h"
+#include "compiled_plan_cache.h"
 #include "config_choices.h"
 #include "cudnn_handle.h"
 #include "fastest_tuner.h"
@@ -414,6 +415,12 @@ c10::Dict<std::string, int64_t> compile_worker_counts_op() {
       {{"started", c.started}, {"ready", c.ready}, {"builds", c.builds}, {"failed_builds", c.failed_builds}});
 }
 
+c10::Dict<std::string, int64_t> compiled_plan_cache_counts_op() {
+  const auto c = compiled_plan_cache_counts();
+  return counts_dict(
+      {{"loaded", c.loaded}, {"saved", c.saved}, {"rejected", c.rejected}, {"save_failed", c.save_failed}});
+}
+
 // The graph plans built or deserialised so far, as columns: direction,
 // convolution, engine name asked for, configuration run, refusal, workspace
 // bytes, deserialised.
@@ -593,6 +600,8 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
   m.def("enable_compile_workers(str[] command, int count) -> ()", &enable_compile_workers_op);
   m.def("disable_compile_workers() -> ()", &disable_compile_workers_op);
   m.def("compile_worker_counts() -> Dict(str, int)", &compile_worker_counts_op);
+  m.def("compiled_plan_cache_dir() -> str", &compiled_plan_cache_dir);
+  m.def("compiled_plan_cache_counts() -> Dict(str, int)", &compiled_plan_cache_counts_op);
 }
 
 }  // namespace torch_cudnn_algo

@@ -1,5 +1,7 @@
 """Shared pytest setup: the ``gpu`` marker skips cleanly where CUDA/cuDNN is absent,
-and every test starts and ends with every flag back at its default."""
+every test starts and ends with every flag back at its default, and each test
+has an empty compiled plan cache of its own (csrc/compiled_plan_cache.h), so
+that no test loads what an earlier one compiled."""
 
 from __future__ import annotations
 
@@ -38,3 +40,8 @@ def _default_flags(request: pytest.FixtureRequest):
     reset()
     yield
     reset()
+
+
+@pytest.fixture(autouse=True)
+def _own_compiled_plan_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path_factory.mktemp("compiled-plans")))

@@ -334,3 +334,55 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
             with torch_cudnn_algo.flags(conv_fwd_algo=config, conv_algo_strict=True):
                 assert relative_error(conv(x), stock) < 1e-2, config
     assert torch_cudnn_algo.plan_build_counts()["built"] == built  # the workers' plans ran, none rebuilt here
+
+
+def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatch, tmp_path):
+    # What a later process tuning the same layer finds (csrc/compiled_plan_cache.h):
+    # the plans compiled here, loaded instead of compiled; stock's configuration,
+    # loaded, still gives stock's bits; a corrupt file is ignored and rebuilt.
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_WORKERS", "0")  # every compile here
+    gen = torch.Generator().manual_seed(7)
+    conv = torch.nn.Conv2d(120, 120, 3, padding=1, groups=120, bias=False)
+    conv = conv.cuda().half().to(memory_format=torch.channels_last)
+    x = torch.randn((64, 120, 28, 28), generator=gen).half().cuda().contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        stock = conv(x)
+    ops = torch_cudnn_algo._extension.ops()
+
+    def tune_afresh() -> tuple[dict, dict]:
+        torch_cudnn_algo.clear_cache()  # this process forgets its plans, as a new one has none
+        before = dict(ops.compiled_plan_cache_counts())
+        torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False)
+        (entry,) = torch_cudnn_algo.tuning_log()
+        after = dict(ops.compiled_plan_cache_counts())
+        return entry, {name: after[name] - before[name] for name in after}
+
+    entry, first = tune_afresh()
+    compiled = [c["config"] for c in entry["configs"] if c["rtc"] and c["build_s"] is not None and c["runnable"]]
+    if not compiled:
+        pytest.skip("cuDNN lists no runtime-compiled configuration for this layer on this GPU")
+    files = sorted(tmp_path.glob("*.plan"))
+    assert first["saved"] >= len(compiled) and len(files) >= len(compiled), (first, files)
+    assert first["loaded"] == 0 and first["rejected"] == 0 and first["save_failed"] == 0, first
+
+    built = torch_cudnn_algo.plan_build_counts()["built"]
+    entry, second = tune_afresh()
+    assert second["loaded"] >= len(compiled) and second["saved"] == 0, second
+    rebuilt = torch_cudnn_algo.plan_build_counts()["built"] - built
+    assert rebuilt <= len(entry["configs"]) - len(compiled), (rebuilt, entry["configs"])
+    with torch.no_grad():
+        with torch_cudnn_algo.flags(conv_fwd_algo=entry["stock_config"], conv_algo_strict=True):
+            assert torch.equal(conv(x), stock), entry["stock_config"]
+        for config in compiled:
+            with torch_cudnn_algo.flags(conv_fwd_algo=config, conv_algo_strict=True):
+                assert relative_error(conv(x), stock) < 1e-2, config
+
+    for file in files:  # the last bytes of each blob flipped: its checksum no longer holds
+        data = bytearray(file.read_bytes())
+        data[-8:] = bytes(b ^ 0xFF for b in data[-8:])
+        file.write_bytes(bytes(data))
+    entry, third = tune_afresh()
+    assert third["rejected"] >= len(compiled) and third["loaded"] == 0, third
+    assert third["saved"] >= len(compiled), third  # compiled again and saved over the corrupt ones
+    assert entry["pick"] is not None
