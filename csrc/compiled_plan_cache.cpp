@@ -125,7 +125,10 @@ void save_compiled_plan(const ConvKey& key, const std::string& engine, const std
     file.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
     file.close();
     ok = static_cast<bool>(file);
-    if (ok) std::filesystem::rename(aside, path, error), ok = !error;
+    if (ok) {
+      std::filesystem::rename(aside, path, error);  // atomic: a reader sees the old file or the new one
+      ok = !error;
+    }
   }
   if (!ok) std::filesystem::remove(aside, error);
   (ok ? g_saved : g_save_failed).fetch_add(1, std::memory_order_relaxed);

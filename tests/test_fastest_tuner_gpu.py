@@ -300,19 +300,34 @@ def test_pinned_call_fills_no_more_memory_than_stock_under_deterministic_algorit
     assert fills(pinned) <= fills(stock), (pinned, stock)
 
 
-@pytest.mark.parametrize("kernel", [3, 5])
-def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch, kernel):
-    # A depthwise layer as in MobileNetV3, where cuDNN's configurations are
-    # runtime-compiled; every such build goes to a worker process.
-    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_WORKERS", "2")
-    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_HERE", "0")
-    torch_cudnn_algo.clear_cache()
-    gen = torch.Generator().manual_seed(kernel)
+def depthwise_layer(kernel: int, seed: int) -> tuple[torch.nn.Conv2d, torch.Tensor, torch.Tensor]:
+    """A depthwise layer as in MobileNetV3 (fp16, channels-last), where cuDNN's configurations
+    are runtime-compiled: the layer, its input, and stock's output."""
+    gen = torch.Generator().manual_seed(seed)
     conv = torch.nn.Conv2d(120, 120, kernel, padding=kernel // 2, groups=120, bias=False)
     conv = conv.cuda().half().to(memory_format=torch.channels_last)
     x = torch.randn((64, 120, 28, 28), generator=gen).half().cuda().contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
-        stock = conv(x)
+        return conv, x, conv(x)
+
+
+def assert_stocks_bits_and_close(conv, x, stock, stock_config: str, configs: list[str]) -> None:
+    """Pinned, stock's configuration gives stock's bits, and each of `configs` is close to them."""
+    with torch.no_grad():
+        with torch_cudnn_algo.flags(conv_fwd_algo=stock_config, conv_algo_strict=True):
+            assert torch.equal(conv(x), stock), stock_config
+        for config in configs:
+            with torch_cudnn_algo.flags(conv_fwd_algo=config, conv_algo_strict=True):
+                assert relative_error(conv(x), stock) < 1e-2, config
+
+
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch, kernel):
+    # Every runtime-compiled build goes to a worker process.
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_WORKERS", "2")
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_HERE", "0")
+    torch_cudnn_algo.clear_cache()
+    conv, x, stock = depthwise_layer(kernel, seed=kernel)
     ops = torch_cudnn_algo._extension.ops()
     before = dict(ops.compile_worker_counts())
     plan = torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False)
@@ -326,13 +341,7 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
     assert after["builds"] - before["builds"] >= len(compiled), (compiled, before, after)
     assert all(planned.execution_plan is not None for planned in plan.entries.values()), plan
     built = torch_cudnn_algo.plan_build_counts()["built"]
-    with torch.no_grad():
-        # Stock's configuration, as the worker built it, is stock's: same bits.
-        with torch_cudnn_algo.flags(conv_fwd_algo=entry["stock_config"], conv_algo_strict=True):
-            assert torch.equal(conv(x), stock), entry["stock_config"]
-        for config in compiled:
-            with torch_cudnn_algo.flags(conv_fwd_algo=config, conv_algo_strict=True):
-                assert relative_error(conv(x), stock) < 1e-2, config
+    assert_stocks_bits_and_close(conv, x, stock, entry["stock_config"], compiled)  # as the worker built them
     assert torch_cudnn_algo.plan_build_counts()["built"] == built  # the workers' plans ran, none rebuilt here
 
 
@@ -342,12 +351,7 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
     # loaded, still gives stock's bits; a corrupt file is ignored and rebuilt.
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_WORKERS", "0")  # every compile here
-    gen = torch.Generator().manual_seed(7)
-    conv = torch.nn.Conv2d(120, 120, 3, padding=1, groups=120, bias=False)
-    conv = conv.cuda().half().to(memory_format=torch.channels_last)
-    x = torch.randn((64, 120, 28, 28), generator=gen).half().cuda().contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        stock = conv(x)
+    conv, x, stock = depthwise_layer(3, seed=7)
     ops = torch_cudnn_algo._extension.ops()
 
     def tune_afresh() -> tuple[dict, dict]:
@@ -371,12 +375,7 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
     assert second["loaded"] >= len(compiled) and second["saved"] == 0, second
     rebuilt = torch_cudnn_algo.plan_build_counts()["built"] - built
     assert rebuilt <= len(entry["configs"]) - len(compiled), (rebuilt, entry["configs"])
-    with torch.no_grad():
-        with torch_cudnn_algo.flags(conv_fwd_algo=entry["stock_config"], conv_algo_strict=True):
-            assert torch.equal(conv(x), stock), entry["stock_config"]
-        for config in compiled:
-            with torch_cudnn_algo.flags(conv_fwd_algo=config, conv_algo_strict=True):
-                assert relative_error(conv(x), stock) < 1e-2, config
+    assert_stocks_bits_and_close(conv, x, stock, entry["stock_config"], compiled)  # as loaded from disk
 
     for file in files:  # the last bytes of each blob flipped: its checksum no longer holds
         data = bytearray(file.read_bytes())
