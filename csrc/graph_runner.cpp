@@ -708,6 +708,38 @@ std::shared_ptr<const Plan> plan_from_blob(const ConvKey& key, const EngineName&
   return nullptr;
 }
 
+// A runtime-compiled configuration's plan: loaded from the compiled plan cache
+// when an earlier process saved it, else from a compile worker or built here
+// (holding this process's compile turn), and then saved there.
+std::shared_ptr<const Plan> runtime_compiled_graph_plan(const ConvKey& key, const EngineName& wanted) {
+  if (auto saved = load_compiled_plan(key, wanted.canonical)) {
+    std::string why;
+    if (auto plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*saved), &why)) {
+      count_compiled_plan_loaded();
+      return plan;
+    }
+    if (!why.empty()) count_compiled_plan_rejected();
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const CompileElsewhere elsewhere = compile_elsewhere(key, wanted.canonical);  // the turn is held until we return
+  std::shared_ptr<const Plan> plan;
+  const std::vector<uint8_t>* to_save = nullptr;
+  if (elsewhere.blob) {
+    std::string why;  // a worker's plan this process cannot load is built here instead
+    plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*elsewhere.blob), &why);
+    if (plan) to_save = &*elsewhere.blob;
+  }
+  SerializedPlan built_here;
+  if (!plan) {
+    plan = build_graph_plan(key, wanted);
+    built_here = serialize_graph_plan(*plan);  // nothing to save for a refused plan
+    if (built_here.why_not.empty()) to_save = &built_here.data;
+  }
+  count_plan_built(microseconds_since(started));
+  if (to_save != nullptr) save_compiled_plan(key, wanted.canonical, *to_save);
+  return plan;
+}
+
 struct GraphKey {
   ConvKey conv;
   std::string engine;
@@ -763,35 +795,10 @@ std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string
   return graph_cache().get(GraphKey{key, engine}, created, [&] {
     const EngineName wanted = parse_engine_name(engine);
     if (auto plan = plan_from_blob(key, wanted)) return plan;
+    if (runtime_compiled) return runtime_compiled_graph_plan(key, wanted);
     const auto started = std::chrono::steady_clock::now();
-    CompileElsewhere elsewhere;  // its local turn, if any, is held until this build is done
-    if (runtime_compiled) {
-      if (auto saved = load_compiled_plan(key, wanted.canonical)) {  // an earlier process compiled it
-        std::string why;
-        auto plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*saved), &why);
-        if (plan) {
-          count_compiled_plan_loaded();
-          return plan;
-        }
-        if (!why.empty()) count_compiled_plan_rejected();
-      }
-      elsewhere = compile_elsewhere(key, wanted.canonical);
-      if (elsewhere.blob) {
-        std::string why;
-        auto plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*elsewhere.blob), &why);
-        if (plan) {
-          count_plan_built(microseconds_since(started));
-          save_compiled_plan(key, wanted.canonical, *elsewhere.blob);
-          return plan;
-        }
-      }
-    }
     std::shared_ptr<const Plan> plan = build_graph_plan(key, wanted);
     count_plan_built(microseconds_since(started));
-    if (runtime_compiled) {
-      const SerializedPlan serialized = serialize_graph_plan(*plan);  // empty for a refused plan
-      if (serialized.why_not.empty()) save_compiled_plan(key, wanted.canonical, serialized.data);
-    }
     return plan;
   });
 }

@@ -41,12 +41,13 @@ std::string gpu_model_name(int device);
 
 // Monotonic counts since the process started, for tests and benchmarks:
 // graph plans built from scratch for the plan cache (heuristics and engine
-// build; of those, the ones whose configuration a heuristics query had to find,
-// which is slow: see build_exact_graph_plan), rebuilt from a blob (of those, loaded ahead by a prefetch worker: see
-// BlobPrefetch in graph_runner.cpp), and blobs that cuDNN could not load (the
-// plan was then built); and the microseconds spent building and rebuilding,
-// added up over threads, so that a first step's time can be split into what
-// plans cost and what they did not.
+// build; of those, the ones whose configuration a heuristics query had to
+// find, which is slow: see build_exact_graph_plan), rebuilt from a blob (of
+// those, loaded ahead by a prefetch worker: see BlobPrefetch in
+// graph_runner.cpp), and blobs that cuDNN could not load (the plan was then
+// built); and the microseconds spent building and rebuilding, added up over
+// threads, so that a first step's time can be split into what plans cost and
+// what they did not.
 struct PlanBuildCounts {
   int64_t built = 0;
   int64_t built_by_heuristics = 0;

@@ -458,10 +458,10 @@ def plan_build_counts() -> dict[str, int]:
     (``"built"``: cuDNN heuristics and engine build, possibly runtime
     compilation; ``"built_by_heuristics"`` of them needed a heuristics query
     to find their configuration, a name that does not fix every knob of its
-    engine or one cuDNN cannot build as named), rebuilt from a plan's execution plans (``"deserialized"``;
-    ``"prefetched"`` of them were loaded ahead of their first call by the
-    worker threads that the first such call on a device starts), and could not
-    rebuild from one (``"deserialize_failed"``: then built); ``"build_us"`` and
+    engine or one cuDNN cannot build as named), rebuilt from a plan's
+    execution plans (``"deserialized"``; ``"prefetched"`` of them were loaded
+    ahead of their first call by the worker threads that the first such call
+    on a device starts), and could not rebuild from one (``"deserialize_failed"``: then built); ``"build_us"`` and
     ``"deserialize_us"``: the microseconds those builds and rebuilds (failed
     attempts included) took, added up over threads."""
     return dict(_extension.ops().plan_build_counts())
