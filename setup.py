@@ -33,8 +33,9 @@ try:
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension
 except ImportError as exc:  # pragma: no cover - build-time guidance only
     sys.exit(
-        "torch-cudnn-algo builds against the installed torch: install torch==2.11.* first "
-        f"and build with `pip install --no-build-isolation .` ({exc})"
+        "torch-cudnn-algo builds against the installed torch: install a CUDA build of torch 2.11-2.15 "
+        "first (`python3 -m pip install \"torch>=2.11,<2.16\"`), then `python3 scripts/install-build-deps` "
+        f"and `pip install --no-build-isolation .` ({exc})"
     )
 
 ROOT = Path(__file__).resolve().parent
@@ -52,6 +53,11 @@ def _load_build_helpers():
 
 
 helpers = _load_build_helpers()
+_unsupported = helpers.torch_support_problem(torch.__version__, torch.version.cuda)
+if _unsupported is not None:
+    if torch.version.cuda is None or os.environ.get(helpers.ALLOW_UNSUPPORTED_TORCH, "") in ("", "0"):
+        sys.exit(f"torch-cudnn-algo: {_unsupported}.")
+    print(f"torch-cudnn-algo: {helpers.ALLOW_UNSUPPORTED_TORCH} is set: building anyway, but {_unsupported}", flush=True)
 BASE_VERSION = re.search(r'^__version__ = "([^"]+)"', (PACKAGE / "__init__.py").read_text(), re.M).group(1)
 # 0.1.0+cu130torch2.11, requiring torch==2.11.*: the extension is compiled against
 # torch's C++ ABI and loads only into the torch minor release it was built with.
@@ -127,41 +133,60 @@ def find_cudnn_frontend_include() -> Path:
     found = _first_dir_with(candidates, "cudnn_frontend.h")
     if found is None:
         sys.exit(
-            "torch-cudnn-algo: cudnn_frontend.h not found; `pip install nvidia-cudnn-frontend` "
+            "torch-cudnn-algo: cudnn_frontend.h not found; `python3 -m pip install --no-deps nvidia-cudnn-frontend` "
             f"or set CUDNN_FRONTEND_INCLUDE_DIR. Looked in: {[str(c) for c in candidates]}"
         )
     return found
 
 
-def find_cuda_includes() -> list[Path]:
-    """CUDA header directories: one with complete runtime headers, then the pip
-    CUDA packages' (torch's CUDA headers also want cuBLAS/cuSPARSE/cuSOLVER headers,
-    which a minimal toolkit may lack).
+def _installed_version(distribution: str) -> str | None:
+    from importlib import metadata
 
-    Runtime headers come from CUDA_HOME (or torch's guess from nvcc on PATH), the
-    usual toolkit location, then the pip packages (which need nvidia-cuda-crt for crt/).
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def find_cuda_includes() -> list[Path]:
+    """CUDA header directories: one with complete runtime headers of torch's CUDA
+    release, then the pip CUDA packages' (torch's CUDA headers also want the cuBLAS,
+    cuSPARSE and cuSOLVER headers that torch's CUDA wheels bring).
+
+    Runtime headers come from, in order: CUDA_INCLUDE_DIR, CUDA_HOME or CUDA_PATH as set
+    (the user's choice, used with a note when their release differs from torch's); the
+    pip packages (``scripts/install-build-deps`` installs them at torch's release); the
+    toolkit torch finds (nvcc on PATH) and /usr/local/cuda. Those of another release are
+    passed over: headers of one CUDA release and libraries of another do not mix.
     """
-    candidates = []
-    for var in ("CUDA_INCLUDE_DIR",):
-        if os.environ.get(var):
-            candidates.append(Path(os.environ[var]))
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), CUDA_HOME, "/usr/local/cuda"):
-        if home:
-            candidates.append(Path(home) / "include")
+    cuda = torch.version.cuda
+    given = [Path(os.environ["CUDA_INCLUDE_DIR"])] if os.environ.get("CUDA_INCLUDE_DIR") else []
+    given += [Path(os.environ[var]) / "include" for var in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(var)]
     pip_includes = [
         pkg / "include"
         for name in ("cu13", "cuda_runtime", "cublas", "cusparse", "cusolver")
         for pkg in _nvidia_package_dirs(name)
         if (pkg / "include").is_dir()
     ]
-    for directory in candidates + pip_includes:
-        if (directory / "cuda_runtime_api.h").is_file() and (directory / "crt" / "host_defines.h").is_file():
+    toolkits = [Path(home) / "include" for home in (CUDA_HOME, "/usr/local/cuda") if home]
+    header_packages = {name: _installed_version(name) for name in helpers.CUDA_HEADER_PACKAGES}
+    passed_over = []
+    for directory in given + pip_includes + toolkits:
+        problem = helpers.cuda_header_problem(directory, cuda, header_packages if directory in pip_includes else None)
+        if problem is not None and directory in given and not problem.startswith("lacks"):
+            print(f"torch-cudnn-algo: note: {directory} is {problem}; using it as set", flush=True)
+            problem = None
+        if problem is None:
             return [directory] + [d for d in pip_includes if d != directory]
-    candidates += pip_includes
+        passed_over.append(f"{directory} ({problem})")
+    try:
+        install = "python3 -m pip install " + " ".join(f"'{r}'" for r in helpers.cuda_header_requirements(cuda))
+    except ValueError as exc:
+        install = str(exc)
     sys.exit(
-        "torch-cudnn-algo: no complete CUDA runtime headers (cuda_runtime_api.h and crt/host_defines.h); "
-        "set CUDA_HOME, or `pip install nvidia-cuda-runtime nvidia-cuda-crt`. "
-        f"Looked in: {[str(c) for c in candidates]}"
+        f"torch-cudnn-algo: no complete CUDA {cuda} headers (torch {torch.__version__} is built with CUDA {cuda}). "
+        f"Run `python3 scripts/install-build-deps` from the source tree, or `{install}`, or set CUDA_HOME "
+        f"to a CUDA {cuda} toolkit. Looked in: {'; '.join(passed_over) or 'nothing'}"
     )
 
 

@@ -20,9 +20,12 @@ def autoload() -> None:
     try:
         import torch_cudnn_algo  # noqa: F401  (importing registers the flags)
     except Exception as exc:
-        warnings.warn(
+        message = (
             f"torch_cudnn_algo: autoload failed ({type(exc).__name__}: {exc}); "
             "torch.backends.cudnn.conv_* flags are unavailable. Set "
-            "TORCH_DEVICE_BACKEND_AUTOLOAD=0 to skip extension autoloading.",
-            stacklevel=2,
+            "TORCH_DEVICE_BACKEND_AUTOLOAD=0 to skip extension autoloading."
         )
+        try:
+            warnings.warn(message, stacklevel=2)
+        except Warning:  # `-W error`: say it without failing `import torch`
+            sys.stderr.write(warnings.formatwarning(message, UserWarning, "<torch_cudnn_algo autoload>", 0))

@@ -208,3 +208,30 @@ def test_torch_logs_shows_our_lines(setting, shown, monkeypatch):
     )
     assert state["registered"]
     assert ("registered override of aten::cudnn_convolution" in state["stderr"]) == shown, state["stderr"]
+
+
+@pytest.mark.parametrize("case", ["bad algorithm", "bad knob value", "garbage plan file", "missing extension",
+                                  "broken package"])
+def test_import_torch_under_W_error_reports_and_never_fails(case, tmp_path):
+    # `python -W error` turns warnings into exceptions; what autoload reports must still
+    # reach stderr, and `import torch` must still succeed.
+    plan = tmp_path / "plan.json"
+    plan.write_text("garbage")
+    env, prelude, needle = {
+        "bad algorithm": ({"TORCH_CUDNN_CONV_FWD_ALGO": "warp"}, "", "TORCH_CUDNN_CONV_FWD_ALGO='warp'"),
+        "bad knob value": ({"TORCH_CUDNN_CONV_BWD_DATA_ALGO": "eng62_k2=banana"}, "",
+                           "knob 'k2' has the value 'banana', which is not an integer"),
+        "garbage plan file": ({"TORCH_CUDNN_ALGO_PLAN": str(plan)}, "", f"TORCH_CUDNN_ALGO_PLAN='{plan}'"),
+        "missing extension": ({}, BLOCK_MODULES.format(names=("torch_cudnn_algo._C",)),
+                              "C++ extension could not be loaded"),
+        "broken package": ({}, BLOCK_MODULES.format(names=("torch_cudnn_algo._flags",)), "autoload failed"),
+    }[case]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_")}
+    full_env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    full_env.update(env)
+    code = prelude + "import torch\nprint('imported', getattr(torch.backends.cudnn, 'conv_fwd_algo', 'missing'))\n"
+    result = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True,
+                            env=full_env, timeout=300, cwd="/")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("imported "), result.stdout
+    assert needle in result.stderr and "Traceback" not in result.stderr, result.stderr

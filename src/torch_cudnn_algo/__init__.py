@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 
-from . import _extension, _flags, _plan, _profile
+from . import _extension, _flags, _plan, _profile, _warn
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
 from ._flags import flags
@@ -109,7 +108,7 @@ def _initialize() -> None:
     try:
         _flags.install()
     except Exception as exc:
-        warnings.warn(
+        _warn.warn(
             f"torch_cudnn_algo: could not install the torch.backends.cudnn flags "
             f"({type(exc).__name__}: {exc})",
             stacklevel=3,
@@ -120,11 +119,11 @@ def _initialize() -> None:
         try:
             _profile.install_profiler()
         except Exception as exc:  # conv_profile / "fastest" then run the stock path
-            warnings.warn(f"torch_cudnn_algo: could not install the profiler ({type(exc).__name__}: {exc})",
+            _warn.warn(f"torch_cudnn_algo: could not install the profiler ({type(exc).__name__}: {exc})",
                           stacklevel=3)
         _plan.apply_environment()  # TORCH_CUDNN_ALGO_PLAN; warns, never raises
     else:
-        warnings.warn(
+        _warn.warn(
             f"torch_cudnn_algo: the C++ extension could not be loaded ({_extension.load_error()}); "
             "the torch.backends.cudnn.conv_* flags are inert. Rebuild the package against the "
             "installed torch (pip install --no-build-isolation torch-cudnn-algo).",
@@ -133,6 +132,13 @@ def _initialize() -> None:
         if os.environ.get(_plan.ENV_VAR):
             _flags.warn_environment(_plan.ENV_VAR, os.environ[_plan.ENV_VAR], "the extension is not loaded")
 
+
+# The public classes are named as users reach them (`torch_cudnn_algo.PlanError`, in
+# reprs and tracebacks), not by the private module that defines them.
+for _public in __all__:
+    if isinstance(globals()[_public], type):
+        globals()[_public].__module__ = __name__
+del _public
 
 _initialize()
 _READY = True  # read by the autoload entry point (import-recursion guard)

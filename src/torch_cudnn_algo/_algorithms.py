@@ -86,6 +86,28 @@ _KNOB = re.compile(r"_k(\d+)=(-?\d+)", re.IGNORECASE)
 _INTEGER = re.compile(r"[+-]?\d+")
 
 
+_ENGINE_PREFIX = re.compile(r"eng\d", re.IGNORECASE)  # what a value meant as an engine name starts with
+_ENGINE_PART = re.compile(r"eng\d{1,9}", re.IGNORECASE)
+_KNOB_PART = re.compile(r"k\d{1,9}=-?\d{1,18}", re.IGNORECASE)
+
+
+def _engine_name_problem(name: str) -> str:
+    """Which part of a would-be engine name is wrong, as ``": its knob 'k2=banana' ..."``."""
+    engine, *knobs = name.split("_")
+    if not _ENGINE_PART.fullmatch(engine):
+        return f": {engine!r} is not 'eng' followed by the engine's number"
+    for knob in knobs:
+        if _KNOB_PART.fullmatch(knob):
+            continue
+        key, equals, value = knob.partition("=")
+        if not re.fullmatch(r"k\d{1,9}", key, re.IGNORECASE):
+            return f": {knob!r} is not a knob (a knob is 'k' followed by its id, '=', and its value)"
+        if not equals:
+            return f": knob {key!r} has no value ('{key}=V')"
+        return f": knob {key!r} has the value {value!r}, which is not an integer"
+    return ""
+
+
 def canonical_engine_name(name: str) -> str:
     """``"ENG62_k13=1_k2=1"`` -> ``"eng62_k2=1_k13=1"`` (lower case, knobs by id).
 
@@ -95,8 +117,8 @@ def canonical_engine_name(name: str) -> str:
     match = _ENGINE_NAME.fullmatch(name.strip())
     if match is None:
         raise ValueError(
-            f"{name!r} is not an engine configuration name; expected 'engN' or 'engN_kA=V_kB=W...' "
-            "(for example 'eng62' or 'eng62_k2=1_k13=1')"
+            f"{name!r} is not an engine configuration name{_engine_name_problem(name.strip())}; expected "
+            "'engN' or 'engN_kA=V_kB=W...' with integers N, A and V (for example 'eng62' or 'eng62_k2=1_k13=1')"
         )
     knobs = sorted((int(k), int(v)) for k, v in _KNOB.findall(match.group(2)))
     if len({k for k, _ in knobs}) != len(knobs):
@@ -143,7 +165,7 @@ def parse_algo_value(direction: LegacyDirection, value: object) -> int | str | N
         for candidate in (name, "ALGO_" + name):
             if candidate in direction.names:
                 return _check_index(direction, direction.names.index(candidate))
-        if _ENGINE_NAME.fullmatch(text):
+        if _ENGINE_PREFIX.match(text):
             try:
                 return canonical_engine_name(text)
             except ValueError as exc:

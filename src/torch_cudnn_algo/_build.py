@@ -298,6 +298,80 @@ def torch_requirement(torch_version: str) -> str:
     return f"torch=={major_minor(torch_version)}.*"
 
 
+# --- which torch a build supports, and the CUDA headers it needs -----------------------------------
+
+# Torch minor releases this package builds against and whose CPU suite passes (README's
+# compatibility table). The README's commands install `torch>=2.11,<2.16`.
+SUPPORTED_TORCH = ("2.11", "2.12", "2.13", "2.14", "2.15")
+SUPPORTED_TORCH_RANGE = ">=2.11,<2.16"  # the same releases as a pip specifier (a test checks they agree)
+ALLOW_UNSUPPORTED_TORCH = "TORCH_CUDNN_ALGO_ALLOW_UNSUPPORTED_TORCH"
+CUDA_WHEEL_INDEX = "https://download.pytorch.org/whl/cu{cuda}"
+
+
+def _minor_key(version: str) -> tuple[int, int]:
+    major, minor = major_minor(version).split(".")
+    return int(major), int(minor)
+
+
+def cpu_only_torch_message(torch_version: str) -> str:
+    """What to tell someone whose torch has no CUDA (``torch.version.cuda is None``)."""
+    release = torch_version.split("+")[0]
+    return (
+        f"the installed torch {torch_version} is a CPU-only build (torch.version.cuda is None); "
+        "torch-cudnn-algo patches torch's cuDNN convolutions and needs a CUDA build of torch. "
+        f"Install one of the same release, e.g. `python3 -m pip install --force-reinstall torch=={release} "
+        f"--index-url {CUDA_WHEEL_INDEX.format(cuda='130')}` (PyPI's plain `torch` on Linux x86_64 is a "
+        "CUDA build too), then build this package again"
+    )
+
+
+def torch_support_problem(torch_version: str, cuda: str | None) -> str | None:
+    """Why this package cannot be built against ``torch_version`` (None when it can):
+    a CPU-only torch, or a minor release outside SUPPORTED_TORCH."""
+    if not cuda:
+        return cpu_only_torch_message(torch_version)
+    minor = major_minor(torch_version)
+    if minor in SUPPORTED_TORCH:
+        return None
+    side = "older" if _minor_key(minor) < _minor_key(SUPPORTED_TORCH[0]) else "newer"
+    return (
+        f"torch {torch_version} is {side} than the releases this package supports "
+        f"({', '.join(SUPPORTED_TORCH)}): it patches torch's private convolution path, which changes "
+        f"between minor releases. Install a supported one (`python3 -m pip install \"torch{SUPPORTED_TORCH_RANGE}\"`), "
+        f"or set {ALLOW_UNSUPPORTED_TORCH}=1 to build against this one anyway (untested)"
+    )
+
+
+# The pip packages whose headers, with those torch's CUDA wheels already bring (cuBLAS,
+# cuSPARSE, ...), compile the extension on a machine without a CUDA toolkit. All of one
+# CUDA major.minor, torch's: a newer crt or cccl beside an older runtime does not compile.
+CUDA_HEADER_PACKAGES = ("nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-cuda-cccl")
+
+
+def cuda_header_requirements(cuda: str) -> list[str]:
+    """pip requirements for CUDA ``cuda``'s headers (``"13.0"`` -> ``nvidia-cuda-runtime==13.0.*``, ...).
+
+    Only CUDA 13 has these as one set of packages installing into ``nvidia/cu13/include``
+    (torch 2.11-2.15's PyPI wheels are CUDA 13 builds); raises ValueError for others.
+    """
+    version = major_minor(cuda)
+    if version is None or not version.startswith("13."):
+        raise ValueError(
+            f"CUDA {cuda}: headers from pip packages are set up for CUDA 13 builds of torch only; "
+            "install a CUDA toolkit of this release and set CUDA_HOME to it"
+        )
+    return [f"{name}=={version}.*" for name in CUDA_HEADER_PACKAGES]
+
+
+def cudart_header_version(header_text: str) -> str | None:
+    """``"13.0"`` from cuda_runtime_api.h's ``#define CUDART_VERSION 13000``, or None."""
+    match = re.search(r"#define CUDART_VERSION\s+(\d+)", header_text)
+    if match is None:
+        return None
+    number = int(match.group(1))
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
 def render_build_info(info: Mapping[str, str | None]) -> str:
     lines = ['"""What this build of torch_cudnn_algo was made for; written by setup.py, do not edit."""', ""]
     lines += [f"{key} = {value!r}" for key, value in info.items()]
@@ -340,3 +414,26 @@ def libstdcxx_mismatch(built_glibcxx: str | None, runtime_libstdcxx: str | None)
     return (f"it was compiled against libstdc++ {format_glibcxx(built)}, newer than the libstdc++ this "
             f"process loaded ({runtime_libstdcxx}, {format_glibcxx(runtime)}), and could crash in it; "
             f"rebuild it where it runs (the build picks a compiler whose libstdc++ is not newer)")
+
+
+def cuda_header_problem(directory: Path, cuda: str, package_versions: Mapping[str, str | None] | None = None) -> str | None:
+    """Why ``directory`` cannot serve as the CUDA ``cuda`` (major.minor) runtime headers, or None.
+
+    It must hold the runtime API, ``crt/`` and ``nv/target`` (cccl) of that release.
+    ``package_versions`` (for a directory the pip packages fill) maps each of
+    CUDA_HEADER_PACKAGES to its installed version: the headers of one CUDA release come
+    from three packages that pip may upgrade independently, into the same directory.
+    """
+    missing = [name for name in ("cuda_runtime_api.h", "crt/host_defines.h", "nv/target")
+               if not (directory / name).is_file()]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    found = cudart_header_version((directory / "cuda_runtime_api.h").read_text(errors="replace"))
+    if found != major_minor(cuda):
+        return f"CUDA {found or 'of unknown release'}, not torch's {major_minor(cuda)}"
+    mixed = [f"{name} {version}" for name, version in (package_versions or {}).items()
+             if version is not None and major_minor(version) != major_minor(cuda)]
+    if mixed:
+        return f"mixes in {', '.join(mixed)}"
+    return None
+

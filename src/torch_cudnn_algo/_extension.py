@@ -82,6 +82,21 @@ def ops() -> Any:
     return _ops
 
 
+def gpu_ops(caller: str) -> Any:
+    """:func:`ops` for a call that runs cuDNN on the GPU. Without a usable CUDA GPU it
+    raises RuntimeError naming ``caller`` and the reason, instead of the driver error
+    cuDNN's first call would give ("CUDA driver version is insufficient ...")."""
+    import torch
+
+    if torch.version.cuda is None:
+        raise RuntimeError(f"torch_cudnn_algo.{caller} needs a CUDA GPU, and the installed torch "
+                           f"{torch.__version__} is a CPU-only build")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"torch_cudnn_algo.{caller} needs a CUDA GPU, and torch.cuda.is_available() "
+                           "is False here")
+    return ops()
+
+
 def is_loaded() -> bool:
     load()
     return _ops is not None

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from . import _extension
+from . import _extension, _warn
 from ._algorithms import BACKWARD_DATA, BACKWARD_FILTER, FORWARD, POLICIES, LegacyDirection, parse_algo_value
 
 __all__ = ["FLAGS", "flags", "get_flag", "install", "set_flag", "warn_environment"]
@@ -50,9 +50,9 @@ def warn_environment(variable: str, value: str, problem: str) -> None:
     location: there is no line of the user's code to point at, and pointing at this
     package's ``__init__.py`` (where autoload happens to read it) misleads. Its module, for
     warning filters, is ``torch_cudnn_algo``."""
-    warnings.warn_explicit(
+    _warn.warn(
         f"torch_cudnn_algo: ignoring environment variable {variable}={value!r}: {problem}",
-        UserWarning, ENVIRONMENT, 0, module="torch_cudnn_algo", registry=_environment_warnings,
+        location=(ENVIRONMENT, 0), module="torch_cudnn_algo", registry=_environment_warnings,
     )
 
 
@@ -312,7 +312,7 @@ def install() -> None:
             try:
                 set_flag(name, value)
             except ValueError as exc:
-                warnings.warn(f"torch_cudnn_algo: ignoring torch.backends.cudnn.{name}: {exc}", stacklevel=3)
+                _warn.warn(f"torch_cudnn_algo: ignoring torch.backends.cudnn.{name}: {exc}", stacklevel=3)
 
 
 _UNSET = object()

@@ -100,7 +100,7 @@ def list_algorithms(
     spec = _direction(conv_spec.direction)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
     args = conv_spec.op_args()
-    ops = _extension.ops()
+    ops = _extension.gpu_ops("list_algorithms")
     candidates = []
     for algo, name in enumerate(spec.names):
         if algo in spec.unimplemented:
@@ -371,6 +371,7 @@ def profile(
     Must not be called during CUDA graph capture.
     """
     conv_spec = as_conv_spec(conv, input, weight, geometry)
+    ops = _extension.gpu_ops("profile")
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError("torch_cudnn_algo.profile cannot run during CUDA graph capture")
     if workspace_limit == "flag":
@@ -378,7 +379,7 @@ def profile(
     elif workspace_limit is not None:
         workspace_limit = _flags.FLAGS["conv_workspace_limit"].parse(workspace_limit)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    request, description = _extension.ops().conv_request(conv_spec.direction, *conv_spec.op_args(),
+    request, description = ops.conv_request(conv_spec.direction, *conv_spec.op_args(),
                                                          deterministic, allow_tf32)
     return _profile_problem(_Problem(**ast.literal_eval(request)), description, warmup=warmup,
                             reps=reps, energy=energy, include_stock=include_stock,

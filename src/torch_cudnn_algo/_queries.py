@@ -155,7 +155,7 @@ def engine_configs(
     """
     spec = as_conv_spec(conv, input, weight, geometry)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    columns = _extension.ops().engine_configs(spec.direction, *spec.op_args(), deterministic, allow_tf32)
+    columns = _extension.gpu_ops("engine_configs").engine_configs(spec.direction, *spec.op_args(), deterministic, allow_tf32)
     split = lambda text: tuple(text.split(",")) if text else ()  # noqa: E731
     return [
         EngineConfig(name, source, None if workspace < 0 else int(workspace), split(numerical),
@@ -184,7 +184,7 @@ def legacy_workspace_sizes(
     """
     spec = as_conv_spec(conv, input, weight, geometry)
     allow_tf32, _ = _settings(allow_tf32, deterministic=False)
-    ops = _extension.ops()
+    ops = _extension.gpu_ops("legacy_workspace_sizes")
     args = spec.op_args()
     sizes: dict[int, int | None] = {}
     for algo in range(len(_direction(spec.direction).names)):

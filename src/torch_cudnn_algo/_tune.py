@@ -188,10 +188,7 @@ def tune(
     if unknown or not directions:
         raise ValueError(f"directions must be a non-empty subset of {', '.join(DIRECTION_NAMES)}, "
                          f"got {tuple(directions)!r}")
-    if not _extension.is_loaded():
-        raise RuntimeError(f"torch_cudnn_algo.tune needs the C++ extension: {_extension.load_error()}")
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch_cudnn_algo.tune needs a CUDA GPU (torch.cuda.is_available() is False)")
+    _extension.gpu_ops("tune")
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError("torch_cudnn_algo.tune cannot run during CUDA graph capture")
     if policy == "lowest_energy" and _nvml.energy_counter(torch.cuda.current_device()) is None:

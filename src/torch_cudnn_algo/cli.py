@@ -65,6 +65,20 @@ def _settings_arguments(parser: argparse.ArgumentParser) -> None:
 
 # -- info ----------------------------------------------------------------------
 
+def version_text() -> str:
+    """``torch-cudnn-algo 0.1.0+cu130torch2.11 (built for torch 2.11, CUDA 13.0, cuDNN 9.19.0); running torch ...``."""
+    import torch_cudnn_algo
+    from torch_cudnn_algo import _extension
+
+    built = _extension.build_info()
+    if built is None:
+        made = f"{torch_cudnn_algo.__version__} (an in-place or editable build: what it was built for is not recorded)"
+    else:
+        made = (f"{built['VERSION']} (built for torch {_build.major_minor(built['TORCH'])}, CUDA {built['CUDA']}, "
+                f"cuDNN {built['CUDNN']})")
+    return f"torch-cudnn-algo {made}; running torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"
+
+
 def _info(_args: argparse.Namespace) -> int:
     import torch_cudnn_algo
     from torch_cudnn_algo import _flags, _plan
@@ -415,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torch-cudnn-algo",
         description="Choose, profile and plan the cuDNN convolution algorithms PyTorch runs.")
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="this package's version, what its extension was built for, and the torch running")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     info = commands.add_parser("info", help="torch, CUDA, cuDNN, GPU, flags and plan in force (no GPU needed)")

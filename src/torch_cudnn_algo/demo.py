@@ -71,7 +71,8 @@ def run_case(case: tuple, repeats: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_cudnn_algo.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per algorithm (median)")
     args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, torch_cudnn_algo {torch_cudnn_algo.__version__}, "
