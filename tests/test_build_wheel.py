@@ -60,3 +60,10 @@ def test_wheel_stays_under_the_readme_s_1_mb():
     estimate = sum(len(zlib.compress(f.read_bytes(), 6)) for f in files)
     estimate += len(zlib.compress(readme.read_bytes(), 6)) if readme.exists() else 40_000
     assert estimate < 1_000_000, f"the wheel would be about {estimate:,} bytes: update README's 'under 1 MB'"
+
+
+def test_the_built_extension_loads_into_this_torch():
+    # Without this, an extension that no longer links against a new torch (a changed
+    # signature, a symbol gone) would only make the tests that need it skip.
+    installed_extension()
+    assert torch_cudnn_algo.is_available(), torch_cudnn_algo.load_error()

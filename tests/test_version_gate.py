@@ -37,8 +37,6 @@ def test_same_minor_releases_match():
         ({"TORCH": "2.12.0+cu130"}, "torch differs", "torch 2.12, CUDA 13.0, cuDNN 9.19"),
         ({"CUDA": "12.8", "TORCH": "2.11.0+cu128"}, "CUDA differs", "torch 2.11, CUDA 12.8, cuDNN 9.19"),
         ({"CUDNN": "9.20.0"}, "cuDNN differs", "torch 2.11, CUDA 13.0, cuDNN 9.20"),
-        ({"CUDA": None, "CUDNN": None, "TORCH": "2.11.0+cpu"}, "CUDA, cuDNN differ",
-         "torch 2.11, CUDA none, cuDNN none"),
         ({"TORCH": "2.10.0+cu126", "CUDA": "12.6", "CUDNN": "9.10.2"}, "torch, CUDA, cuDNN differ",
          "torch 2.10, CUDA 12.6, cuDNN 9.10"),
     ],
@@ -49,6 +47,15 @@ def test_a_different_release_is_named_with_what_to_rebuild_against(running, diff
     assert "built for torch 2.11, CUDA 13.0, cuDNN 9.19" in message
     assert f"this process runs {rebuild}" in message
     assert f"({differs})" in message and message.endswith(f"rebuild it against {rebuild}")
+
+
+def test_a_cpu_only_torch_is_named_as_such_with_what_to_install():
+    message = _build.version_mismatch(BUILT, {"TORCH": "2.11.0+cpu", "CUDA": None, "CUDNN": None})
+    assert message.startswith("it was built for torch 2.11, CUDA 13.0, cuDNN 9.19 and this process runs torch 2.11, "
+                              "CUDA none, cuDNN none (CUDA, cuDNN differ): the installed torch 2.11.0+cpu is a "
+                              "CPU-only build (torch.version.cuda is None)"), message
+    assert "rebuild it against" not in message
+    assert "pip install --force-reinstall torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130" in message
 
 
 def test_version_helpers():

@@ -393,9 +393,11 @@ def version_mismatch(built: Mapping[str, str | None], running: Mapping[str, str 
                  if built.get(key) is not None and major_minor(built.get(key)) != major_minor(running.get(key))]
     if not differing:
         return None
-    return (f"it was built for {_describe(built)} and this process runs {_describe(running)} "
-            f"({', '.join(differing)} differ{'s' if len(differing) == 1 else ''}); rebuild it against "
-            f"{_describe(running)}")
+    mismatch = (f"it was built for {_describe(built)} and this process runs {_describe(running)} "
+                f"({', '.join(differing)} differ{'s' if len(differing) == 1 else ''})")
+    if built.get("CUDA") is not None and running.get("CUDA") is None:  # nothing to rebuild against
+        return f"{mismatch}: {cpu_only_torch_message(running.get('TORCH') or 'torch')}"
+    return f"{mismatch}; rebuild it against {_describe(running)}"
 
 
 def libstdcxx_mismatch(built_glibcxx: str | None, runtime_libstdcxx: str | None) -> str | None:
