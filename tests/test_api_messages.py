@@ -75,6 +75,7 @@ def test_version_names_the_build_and_the_running_torch(capsys):
         cli.main(["--version"])
     assert exited.value.code == 0
     out = capsys.readouterr().out.strip()
+    assert "\n" not in out, out
     assert out.startswith("torch-cudnn-algo 0.1.0"), out
     assert out.endswith(f"running torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"), out
     built = torch_cudnn_algo._extension.build_info()

@@ -65,6 +65,18 @@ def _settings_arguments(parser: argparse.ArgumentParser) -> None:
 
 # -- info ----------------------------------------------------------------------
 
+class _PrintVersion(argparse.Action):
+    """``--version``: prints :func:`version_text` as one line and exits (argparse's own
+    version action wraps it at the terminal's width)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def version_text() -> str:
     """``torch-cudnn-algo 0.1.0+cu130torch2.11 (built for torch 2.11, CUDA 13.0, cuDNN 9.19.0); running torch ...``."""
     import torch_cudnn_algo
@@ -429,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torch-cudnn-algo",
         description="Choose, profile and plan the cuDNN convolution algorithms PyTorch runs.")
-    parser.add_argument("--version", action="version", version=version_text(),
+    parser.add_argument("--version", action=_PrintVersion,
                         help="this package's version, what its extension was built for, and the torch running")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
