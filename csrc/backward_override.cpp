@@ -14,6 +14,7 @@
 #include "plan.h"
 #include "overrides.h"
 #include "selection.h"
+#include "torch_release.h"
 
 #include <ATen/Context.h>
 #include <ATen/native/ConvUtils.h>
@@ -77,12 +78,13 @@ std::optional<BackwardParams> pinnable_params(const at::Tensor& grad_output,
 }
 
 // Everything ATen's backend choice for a CUDA convolution reads: shapes, dtype,
-// device, the operands' suggested layouts, the parameters and whether cuDNN is
-// enabled. Plain old data, zero-filled, hashed and compared bytewise.
+// device, the operands' suggested layouts, the parameters, whether cuDNN is
+// enabled and (torch >= 2.13) which kernel runs depthwise convolutions. Plain old
+// data, zero-filled, hashed and compared bytewise.
 struct BackendQuery {
   BackendQuery() { std::memset(static_cast<void*>(this), 0, sizeof(*this)); }
 
-  int8_t dtype, input_format, weight_format, dim, device;
+  int8_t dtype, input_format, weight_format, dim, device, depthwise_kernel;
   bool transposed, has_bias, cudnn_enabled;
   int64_t groups;
   std::array<int64_t, kMaxDims> input, weight;
@@ -110,6 +112,7 @@ BackendQuery backend_query(const at::Tensor& input, const at::Tensor& weight,
   query.transposed = transposed;
   query.has_bias = bias_sizes.has_value();
   query.cudnn_enabled = at::globalContext().userEnabledCuDNN();
+  query.depthwise_kernel = cudnn_depthwise_kernel_setting();
   query.groups = groups;
   std::copy(input.sizes().begin(), input.sizes().end(), query.input.begin());
   std::copy(weight.sizes().begin(), weight.sizes().end(), query.weight.begin());
