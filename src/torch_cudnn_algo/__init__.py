@@ -125,8 +125,9 @@ def _initialize() -> None:
     else:
         _warn.warn(
             f"torch_cudnn_algo: the C++ extension could not be loaded ({_extension.load_error()}); "
-            "the torch.backends.cudnn.conv_* flags are inert. Rebuild the package against the "
-            "installed torch (pip install --no-build-isolation torch-cudnn-algo).",
+            "the torch.backends.cudnn.conv_* flags are inert. Install the wheel built for this torch "
+            "(scripts/build-wheels makes one per release), or build from the source against it: "
+            "python3 scripts/install-build-deps && python3 -m pip install --no-build-isolation .",
             stacklevel=3,
         )
         if os.environ.get(_plan.ENV_VAR):
