@@ -172,10 +172,13 @@ def find_cuda_includes() -> list[Path]:
     header_packages = {name: _installed_version(name) for name in helpers.CUDA_HEADER_PACKAGES}
     passed_over = []
     for directory in given + pip_includes + toolkits:
-        problem = helpers.cuda_header_problem(directory, cuda, header_packages if directory in pip_includes else None)
-        if problem is not None and directory in given and not problem.startswith("lacks"):
-            print(f"torch-cudnn-algo: note: {directory} is {problem}; using it as set", flush=True)
-            problem = None
+        if directory in given:  # complete is enough: the user chose its release
+            problem = helpers.cuda_header_problem(directory, None)
+            other_release = helpers.cuda_header_problem(directory, cuda) if problem is None else None
+            if other_release is not None:
+                print(f"torch-cudnn-algo: note: {directory} is {other_release}; using it as set", flush=True)
+        else:
+            problem = helpers.cuda_header_problem(directory, cuda, header_packages if directory in pip_includes else None)
         if problem is None:
             return [directory] + [d for d in pip_includes if d != directory]
         passed_over.append(f"{directory} ({problem})")

@@ -79,6 +79,7 @@ def test_cuda_headers_of_torch_s_release_only_and_never_mixed(tmp_path):
     assert _build.cudart_header_version("#define CUDART_VERSION  13020\n") == "13.2"
     assert _build.cuda_header_problem(complete, "13.0") is None
     assert _build.cuda_header_problem(complete, "13.2") == "CUDA 13.0, not torch's 13.2"
+    assert _build.cuda_header_problem(complete, None) is None  # any release
     no_cccl = make_headers(tmp_path / "b", 13000, parts=("cuda_runtime_api.h", "crt/host_defines.h"))
     assert _build.cuda_header_problem(no_cccl, "13.0") == "lacks nv/target"
     assert _build.cuda_header_problem(tmp_path / "missing", "13.0") == \

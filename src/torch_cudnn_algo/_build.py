@@ -418,8 +418,10 @@ def libstdcxx_mismatch(built_glibcxx: str | None, runtime_libstdcxx: str | None)
             f"rebuild it where it runs (the build picks a compiler whose libstdc++ is not newer)")
 
 
-def cuda_header_problem(directory: Path, cuda: str, package_versions: Mapping[str, str | None] | None = None) -> str | None:
-    """Why ``directory`` cannot serve as the CUDA ``cuda`` (major.minor) runtime headers, or None.
+def cuda_header_problem(directory: Path, cuda: str | None,
+                        package_versions: Mapping[str, str | None] | None = None) -> str | None:
+    """Why ``directory`` cannot serve as the CUDA ``cuda`` (major.minor; None: any release)
+    runtime headers, or None.
 
     It must hold the runtime API, ``crt/`` and ``nv/target`` (cccl) of that release.
     ``package_versions`` (for a directory the pip packages fill) maps each of
@@ -430,6 +432,8 @@ def cuda_header_problem(directory: Path, cuda: str, package_versions: Mapping[st
                if not (directory / name).is_file()]
     if missing:
         return f"lacks {', '.join(missing)}"
+    if cuda is None:
+        return None
     found = cudart_header_version((directory / "cuda_runtime_api.h").read_text(errors="replace"))
     if found != major_minor(cuda):
         return f"CUDA {found or 'of unknown release'}, not torch's {major_minor(cuda)}"
