@@ -92,7 +92,8 @@ _KNOB_PART = re.compile(r"k\d{1,9}=-?\d{1,18}", re.IGNORECASE)
 
 
 def _engine_name_problem(name: str) -> str:
-    """Which part of a would-be engine name is wrong, as ``": its knob 'k2=banana' ..."``."""
+    """Which part of a would-be engine name is wrong, as the end of a sentence
+    (``": knob 'k2' has the value 'banana', which is not an integer"``), or ``""``."""
     engine, *knobs = name.split("_")
     if not _ENGINE_PART.fullmatch(engine):
         return f": {engine!r} is not 'eng' followed by the engine's number"

@@ -372,6 +372,32 @@ def cudart_header_version(header_text: str) -> str | None:
     return f"{number // 1000}.{number % 1000 // 10}"
 
 
+def cuda_header_problem(directory: Path, cuda: str | None,
+                        package_versions: Mapping[str, str | None] | None = None) -> str | None:
+    """Why ``directory`` cannot serve as the CUDA ``cuda`` (major.minor; None: any release)
+    runtime headers, or None.
+
+    It must hold the runtime API, ``crt/`` and ``nv/target`` (cccl) of that release.
+    ``package_versions`` (for a directory the pip packages fill) maps each of
+    CUDA_HEADER_PACKAGES to its installed version: the headers of one CUDA release come
+    from three packages that pip may upgrade independently, into the same directory.
+    """
+    missing = [name for name in ("cuda_runtime_api.h", "crt/host_defines.h", "nv/target")
+               if not (directory / name).is_file()]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    if cuda is None:
+        return None
+    found = cudart_header_version((directory / "cuda_runtime_api.h").read_text(errors="replace"))
+    if found != major_minor(cuda):
+        return f"CUDA {found or 'of unknown release'}, not torch's {major_minor(cuda)}"
+    mixed = [f"{name} {version}" for name, version in (package_versions or {}).items()
+             if version is not None and major_minor(version) != major_minor(cuda)]
+    if mixed:
+        return f"mixes in {', '.join(mixed)}"
+    return None
+
+
 def render_build_info(info: Mapping[str, str | None]) -> str:
     lines = ['"""What this build of torch_cudnn_algo was made for; written by setup.py, do not edit."""', ""]
     lines += [f"{key} = {value!r}" for key, value in info.items()]
@@ -416,30 +442,3 @@ def libstdcxx_mismatch(built_glibcxx: str | None, runtime_libstdcxx: str | None)
     return (f"it was compiled against libstdc++ {format_glibcxx(built)}, newer than the libstdc++ this "
             f"process loaded ({runtime_libstdcxx}, {format_glibcxx(runtime)}), and could crash in it; "
             f"rebuild it where it runs (the build picks a compiler whose libstdc++ is not newer)")
-
-
-def cuda_header_problem(directory: Path, cuda: str | None,
-                        package_versions: Mapping[str, str | None] | None = None) -> str | None:
-    """Why ``directory`` cannot serve as the CUDA ``cuda`` (major.minor; None: any release)
-    runtime headers, or None.
-
-    It must hold the runtime API, ``crt/`` and ``nv/target`` (cccl) of that release.
-    ``package_versions`` (for a directory the pip packages fill) maps each of
-    CUDA_HEADER_PACKAGES to its installed version: the headers of one CUDA release come
-    from three packages that pip may upgrade independently, into the same directory.
-    """
-    missing = [name for name in ("cuda_runtime_api.h", "crt/host_defines.h", "nv/target")
-               if not (directory / name).is_file()]
-    if missing:
-        return f"lacks {', '.join(missing)}"
-    if cuda is None:
-        return None
-    found = cudart_header_version((directory / "cuda_runtime_api.h").read_text(errors="replace"))
-    if found != major_minor(cuda):
-        return f"CUDA {found or 'of unknown release'}, not torch's {major_minor(cuda)}"
-    mixed = [f"{name} {version}" for name, version in (package_versions or {}).items()
-             if version is not None and major_minor(version) != major_minor(cuda)]
-    if mixed:
-        return f"mixes in {', '.join(mixed)}"
-    return None
-
