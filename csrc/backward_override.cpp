@@ -1,7 +1,7 @@
 // The CUDA kernel of aten::convolution_backward while any choice is pinned (or
 // conv_profile is on).
 // When stock would run cuDNN (ordinary or transposed), the pinned gradients are
-// computed with the pinned plan (legacy algorithm or engine), per cuDNN's mapping:
+// computed with the pinned runner (legacy algorithm or engine), per cuDNN's mapping:
 //
 //                      grad_input                 grad_weight
 //   ordinary conv      backward-data  (bwd_data)  backward-filter (bwd_filter)
@@ -11,7 +11,7 @@
 // every other backend come from at::native::convolution_backward, in one call.
 #include "conv_key.h"
 #include "cudnn_handle.h"
-#include "plan.h"
+#include "runner.h"
 #include "overrides.h"
 #include "selection.h"
 #include "torch_release.h"
@@ -257,7 +257,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
 
   at::Tensor grad_input, grad_weight, grad_bias;
   if (pin_data) {
-    if (const auto selected = select_plan(key_for(data_direction, data_format))) {
+    if (const auto selected = select_runner(key_for(data_direction, data_format))) {
       // Forward (transposed) takes (x = grad_output, w); backward-data (dy, w): same operands.
       grad_input = allocate_output(in.sizes(), in.options().memory_format(data_format));
       selected.run(as_canonical(go_c, data_format), as_canonical(w, data_format), grad_input);
@@ -265,7 +265,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
     }
   }
   if (pin_filter) {
-    if (const auto selected = select_plan(key_for(Direction::kBackwardFilter, filter_format))) {
+    if (const auto selected = select_runner(key_for(Direction::kBackwardFilter, filter_format))) {
       grad_weight = allocate_output(w.sizes(), w.options().memory_format(filter_format));
       selected.run(as_canonical(x, filter_format), as_canonical(y, filter_format), grad_weight);
       if (is_1d) grad_weight = grad_weight.squeeze(2);

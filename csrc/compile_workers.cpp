@@ -33,7 +33,7 @@ namespace {
 // The wire format: native byte order, both ends the same library build.
 //   worker -> us, once ready:  u32 kReady
 //   request:   u32 kRequest, u32 name length, ConvKey bytes, name bytes
-//   answer:    u32 1 (a serialised plan) or 0 (cuDNN's or our error text), u64 length, bytes
+//   answer:    u32 1 (a serialized execution plan) or 0 (cuDNN's or our error text), u64 length, bytes
 constexpr uint32_t kReady = 0x52414354;    // "TCAR"
 constexpr uint32_t kRequest = 0x51414354;  // "TCAQ"
 static_assert(std::is_trivially_copyable_v<ConvKey>, "ConvKey is sent as bytes");
@@ -292,7 +292,7 @@ class CompilePool {
 };
 
 CompilePool& pool() {
-  static auto* pool = new CompilePool();  // leaked, like the plan caches
+  static auto* pool = new CompilePool();  // leaked, like the runner caches
   return *pool;
 }
 
@@ -330,10 +330,10 @@ extern "C" int torch_cudnn_algo_compile_worker(int in_fd, int out_fd, int device
       if (header[0] != kRequest || !read_all(in_fd, &key, sizeof(key))) return 1;
       std::string engine(header[1], '\0');
       if (!read_all(in_fd, engine.data(), engine.size())) return 1;
-      SerializedPlan built;
+      SerializedBytes built;
       try {
         const c10::cuda::CUDAGuard key_device(static_cast<c10::DeviceIndex>(key.device));
-        built = build_serialized_graph_plan(key, engine);
+        built = build_serialized_execution_plan(key, engine);
       } catch (const std::exception& error) {
         built.why_not = error.what();
       }

@@ -1,11 +1,11 @@
 // Runtime compilation in worker processes, for tune().
 //
-// Building a runtime-compiled engine's plan compiles its kernel with NVRTC,
+// Building a runtime-compiled engine's execution plan compiles its kernel with NVRTC,
 // which holds a process-wide lock while it compiles: on the H100 the 29
 // compiles of mobilenet_v3_large's tune() ran one after another whatever the
 // thread count (~7 s), while two processes compiling at once each took as long
 // as one alone. So while tune() runs, such builds are shared between this
-// process (one at a time) and worker processes that build the plan and send
+// process (one at a time) and worker processes that build the execution plan and send
 // back its serialised form, which this process loads in milliseconds.
 //
 // A worker is a Python interpreter (without `site`) that loads torch's
@@ -36,7 +36,7 @@ void enable_compile_workers(std::vector<std::string> command, int64_t count);
 // the workers and disables them. Without an enable, nothing.
 void disable_compile_workers();
 
-// One runtime-compiled build of `engine` for `key`: the plan a worker built,
+// One runtime-compiled build of `engine` for `key`: the execution plan a worker built,
 // serialised, or none; then the caller builds it here, holding this process's
 // compile turn while `local_turn` lives. Without enabled workers: none, and no
 // turn (the caller builds as before).

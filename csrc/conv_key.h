@@ -1,5 +1,5 @@
 // ConvKey: the complete description of one cuDNN convolution problem, used as
-// the plan-cache key and to explain a refusal (parameters + Python repro).
+// the runner-cache key and to explain a refusal (parameters + Python repro).
 //
 // The geometry is always that of the cuDNN *forward* problem x (*) w = y, whatever
 // direction runs on it; tensors are described in the memory format the runner

@@ -2,7 +2,7 @@
 
 #include "cudnn_handle.h"
 #include "graph_runner.h"
-#include "plan.h"
+#include "runner.h"
 #include "profiling.h"
 #include "python_bridge.h"
 #include "work_queue.h"
@@ -34,7 +34,7 @@ namespace {
 // benchmark mode times ten of this list; on the H100 the fastest of the first 12
 // was among the first 4 for 277 of 285 configurations (mobilenet_v3_large,
 // efficientnet_b0, conv_tasnet), 0.1-1.5% more GPU time summed over a network,
-// while the other 8 took two thirds of the plan builds and 95% of the first
+// while the other 8 took two thirds of the runner builds and 95% of the first
 // round's GPU time (slow engines).
 constexpr size_t kFirstRoundCandidates = 4;
 // Grouped convolutions that are not depthwise (several channels per group) time
@@ -47,7 +47,7 @@ constexpr size_t kGroupedFirstRoundCandidates = 10;
 constexpr int kFirstRoundReps = 3;
 // Runtime-compiled configurations (RUNTIME_COMPILATION note) built besides
 // stock's own: building one compiles its kernel (NVRTC), 0.3-1 s on the H100
-// against well under 1 ms for most precompiled engines' plans.
+// against well under 1 ms for most precompiled engines' runners.
 constexpr int64_t kRtcCandidates = 1;
 // Best first-round candidates re-timed with stock's configuration.
 constexpr size_t kFinalists = 3;
@@ -110,17 +110,17 @@ struct Candidate {
   std::string name;  // canonical engine configuration name
   bool rtc = false;  // cuDNN's RUNTIME_COMPILATION behaviour note: the build compiles a kernel
   int rank = -1;     // position in the heuristics' list; -1 for a knob-search configuration
-  std::shared_ptr<const Plan> plan;  // null until built, or when cuDNN cannot build it
+  std::shared_ptr<const Runner> runner;  // null until built, or when cuDNN cannot build it
   std::vector<double> samples_ms;  // GPU time per call
   std::vector<double> host_us;     // host time to enqueue one call
   bool is_stock_config = false;
   bool built = false;     // build attempted
-  bool cached = false;    // the plan was already in the plan cache (nothing built)
+  bool cached = false;    // the runner was already in the runner cache (nothing built)
   bool deferred = false;  // runtime-compiled and over the tuner's budget: not built (yet)
   double build_s = 0;     // wall seconds of its build (on its build thread)
   double warmup_ms = std::numeric_limits<double>::quiet_NaN();  // host ms of its first run
 
-  bool runnable() const { return plan && plan->refusal.empty(); }
+  bool runnable() const { return runner && runner->refusal.empty(); }
   double median_ms() const { return median_of(samples_ms); }
   double median_host_us() const { return median_of(host_us); }
 
@@ -153,8 +153,8 @@ int64_t rtc_candidates() {
   return env_int("TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES", kRtcCandidates);
 }
 
-// Builds the plans of candidates[indices] in parallel threads, each with its own
-// cuDNN handle; a plan that cannot be built stays null. Plans land in the plan
+// Builds the runners of candidates[indices] in parallel threads, each with its own
+// cuDNN handle; a runner that cannot be built stays null. Plans land in the runner
 // cache, so the pick runs later without being built again. Each candidate's
 // build seconds are taken on its thread; the call returns its wall seconds.
 double build_plans(const ConvKey& key, std::vector<Candidate>& candidates, const std::vector<size_t>& indices,
@@ -169,10 +169,10 @@ double build_plans(const ConvKey& key, std::vector<Candidate>& candidates, const
       const auto build_started = Clock::now();
       try {
         bool created = false;
-        c.plan = get_graph_plan(key, c.name, &created, c.rtc);
+        c.runner = get_graph_runner(key, c.name, &created, c.rtc);
         c.cached = !created;
       } catch (const std::exception&) {
-        c.plan = nullptr;  // cuDNN cannot build it: not a candidate
+        c.runner = nullptr;  // cuDNN cannot build it: not a candidate
       }
       c.built = true;
       c.deferred = false;
@@ -256,8 +256,8 @@ double max_relative_error(const at::Tensor& out, const at::Tensor& reference) {
 // Where one tuning's time went, in wall seconds (see tuning_log_entries).
 struct Breakdown {
   double heuristics_s = 0;  // the heuristics query for the candidates
-  double build_s = 0;       // plan builds, wall (parallel threads)
-  double build_sum_s = 0;   // plan builds, the sum of each candidate's build
+  double build_s = 0;       // runner builds, wall (parallel threads)
+  double build_sum_s = 0;   // runner builds, the sum of each candidate's build
   double wait_s = 0;        // waiting for the builds prepared ahead (tune())
   double operands_s = 0;    // random operands, workspace
   double warmup_s = 0;      // each candidate's first run, synchronised
@@ -267,7 +267,7 @@ struct Breakdown {
 };
 
 // What a tuning builds before it runs anything: the candidates in the
-// heuristics' order with their plans built (runtime-compiled ones over the
+// heuristics' order with their runners built (runtime-compiled ones over the
 // budget deferred), stock's configuration among them, and what it took.
 struct Prepared {
   std::vector<Candidate> candidates;
@@ -278,7 +278,7 @@ struct Prepared {
   bool ahead = false;  // prepared by prepare_fastest's threads
 };
 
-// `indices`' plans built with up to `threads` threads, their seconds counted in `spent`.
+// `indices`' runners built with up to `threads` threads, their seconds counted in `spent`.
 void build_into(const ConvKey& key, Prepared& p, const std::vector<size_t>& indices, size_t threads) {
   p.spent.build_s += build_plans(key, p.candidates, indices, threads);
   for (const size_t i : indices) p.spent.build_sum_s += p.candidates[i].build_s;
@@ -299,7 +299,7 @@ void find_stock_config(const ConvKey& key, Prepared& p, size_t threads) {
 }
 
 // The heuristics' candidates under the rules, in their ranking; the first
-// round's plans built with up to `threads` threads.
+// round's runners built with up to `threads` threads.
 Prepared prepare(const ConvKey& key, size_t threads) {
   Prepared p;
   const auto started = Clock::now();
@@ -353,7 +353,7 @@ Prepared prepare(const ConvKey& key, size_t threads) {
 }
 
 // tune() knows every configuration before it tunes the first: prepare_fastest
-// queues each one's preparation (heuristics query and plan builds, no GPU
+// queues each one's preparation (heuristics query and runner builds, no GPU
 // work) to background threads, one configuration per thread, so that builds of
 // different configurations overlap; a tuning then takes its configuration's
 // result (waiting for it alone) and times it while the threads go on building
@@ -446,7 +446,7 @@ void Tuner::build(const std::vector<size_t>& indices) {
 
 bool Tuner::within_limit(const Candidate& c) const {
   const int64_t limit = workspace_limit();
-  return limit < 0 || static_cast<int64_t>(c.plan->workspace_bytes) <= limit;
+  return limit < 0 || static_cast<int64_t>(c.runner->workspace_bytes) <= limit;
 }
 
 // One workspace for every timed call: the largest any runnable candidate needs.
@@ -454,7 +454,7 @@ bool Tuner::within_limit(const Candidate& c) const {
 void Tuner::prepare_workspace() {
   size_t needed = 0;
   for (const auto& c : candidates_) {
-    if (c.runnable()) needed = std::max(needed, c.plan->workspace_bytes);
+    if (c.runnable()) needed = std::max(needed, c.runner->workspace_bytes);
   }
   if (needed <= workspace_bytes_) return;
   while (true) {
@@ -464,11 +464,11 @@ void Tuner::prepare_workspace() {
       return;
     } catch (const c10::OutOfMemoryError&) {
       for (auto& c : candidates_) {
-        if (c.runnable() && c.plan->workspace_bytes >= needed) c.plan = nullptr;
+        if (c.runnable() && c.runner->workspace_bytes >= needed) c.runner = nullptr;
       }
       needed = 0;
       for (const auto& c : candidates_) {
-        if (c.runnable()) needed = std::max(needed, c.plan->workspace_bytes);
+        if (c.runnable()) needed = std::max(needed, c.runner->workspace_bytes);
       }
       if (needed <= workspace_bytes_) return;
     }
@@ -486,10 +486,10 @@ std::vector<size_t> Tuner::warm_up(std::vector<size_t> indices) {
     if (!c.runnable()) continue;
     const auto run_started = Clock::now();
     try {
-      c.plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
+      c.runner->run(operands_.a, operands_.b, operands_.out, workspace_.get());
       ran.push_back(i);
     } catch (const c10::Error&) {
-      c.plan = nullptr;
+      c.runner = nullptr;
     }
     c.warmup_ms = seconds_since(run_started) * 1e3;
   }
@@ -544,7 +544,7 @@ void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
       for (const size_t i : indices) {
         starts[k].record(stream);
         const auto enqueued = Clock::now();
-        candidates_[i].plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
+        candidates_[i].runner->run(operands_.a, operands_.b, operands_.out, workspace_.get());
         host_us[k] = seconds_since(enqueued) * 1e6;
         ends[k].record(stream);
         ++k;
@@ -667,7 +667,7 @@ void Tuner::search_knobs(std::vector<size_t>& finalists) {
 // tuner's operands.
 double Tuner::error_of(size_t index) {
   if (!reference_.defined()) reference_ = float64_reference(key_, operands_);
-  candidates_[index].plan->run(operands_.a, operands_.b, operands_.out, workspace_.get());
+  candidates_[index].runner->run(operands_.a, operands_.b, operands_.out, workspace_.get());
   return max_relative_error(operands_.out, reference_);
 }
 
@@ -731,7 +731,7 @@ void Tuner::record(const Candidate* pick, size_t timed) {
         << ", \"candidates\": " << listed_ << ", \"timed\": " << timed
         << ", \"knob_configs\": " << knob_configs_ << ", \"retimed_batches\": " << retimed_batches_
         << ", \"seconds\": " << json_number(seconds)
-        << ", \"workspace\": " << (pick ? std::to_string(pick->plan->workspace_bytes) : "null")
+        << ", \"workspace\": " << (pick ? std::to_string(pick->runner->workspace_bytes) : "null")
         << ", \"max_rel_error\": " << json_number(pick_error_)
         << ", \"stock_config_max_rel_error\": " << json_number(stock_error_)
         << ", \"max_rel_error_bound\": " << json_number(error_bound_);
@@ -756,7 +756,7 @@ void Tuner::record(const Candidate* pick, size_t timed) {
         << ", \"knob_search\": " << json_number(spent_.knob_s) << "}";
   // Per configuration considered (knob-search ones included): the heuristics'
   // rank (-1: knob search), RUNTIME_COMPILATION, its build seconds (null: not
-  // built), whether the plan cache already held it, host ms of its first run,
+  // built), whether the runner cache already held it, host ms of its first run,
   // median GPU ms and host µs per enqueue (null: not timed).
   entry << ", \"configs\": [";
   for (size_t i = 0; i < candidates_.size(); ++i) {

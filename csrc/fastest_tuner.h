@@ -6,9 +6,9 @@
 // ranking (4 of them; stock's benchmark mode times the first ten of the same
 // list), runtime-compiled ones beyond stock's own only up to a budget (their
 // build compiles a kernel); stock's own configuration (A's first usable one,
-// what stock runs without benchmark mode) is always among them. Each plan is
+// what stock runs without benchmark mode) is always among them. Each runner is
 // built once, in parallel threads (tune(): every configuration's, ahead of the
-// first timing), straight into the plan cache the pinned path reads.
+// first timing), straight into the runner cache the pinned path reads.
 // Timing: CUDA events around single calls queued behind a spin kernel, so the
 // host's enqueue time never leaks into GPU time; a short first round, then the
 // finalists and stock's configuration re-timed together, interleaved. A pick
@@ -37,7 +37,7 @@ namespace torch_cudnn_algo {
 // if given, receives the decision's tuning-log entry (see tuning_log_entries).
 std::shared_ptr<const Choice> tune_fastest(const ConvKey& key, std::string* log_entry = nullptr);
 
-// Queues key's candidate plans to be built ahead in background threads (no GPU
+// Queues key's candidate runners to be built ahead in background threads (no GPU
 // work, nothing timed): tune() knows every configuration first, and builds of
 // different configurations overlap. The next tune_fastest of key waits for
 // them alone and times them while later configurations are still being built.

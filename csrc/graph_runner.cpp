@@ -1,11 +1,11 @@
 #include "graph_runner.h"
 
 #include "compile_workers.h"
-#include "compiled_plan_cache.h"
-#include "config_choices.h"
+#include "execution_plan_cache.h"
+#include "plan.h"
 #include "cudnn_handle.h"
-#include "plan_blobs.h"
-#include "plan_cache.h"
+#include "serialized_execution_plan.h"
+#include "runner_cache.h"
 #include "python_bridge.h"
 #include "variant_pack_cache.h"
 #include "work_queue.h"
@@ -345,7 +345,7 @@ std::string knob_space(ConvGraph& graph, int64_t engine) {
   return out.str();
 }
 
-struct GraphPlan final : Plan {
+struct GraphRunner final : Runner {
   std::unique_ptr<ConvGraph> graph;
   int64_t plan_index = -1;
   // Decided after the first execute (see ConvGraph::plain_variant_pack_at):
@@ -414,15 +414,15 @@ bool matches(const EngineName& wanted, const std::string& tag) {
 // it means the knobs the heuristics rank first). Returns nullptr unless the
 // plan is built and passes the rules; the caller then takes the slow path,
 // which also names the alternatives.
-std::shared_ptr<GraphPlan> build_exact_graph_plan(const ConvKey& key, const EngineName& wanted) {
-  auto plan = std::make_shared<GraphPlan>();
-  plan->key = key;
+std::shared_ptr<GraphRunner> build_exact_graph_runner(const ConvKey& key, const EngineName& wanted) {
+  auto runner = std::make_shared<GraphRunner>();
+  runner->key = key;
   try {
-    plan->graph = make_graph(key, current_cudnn_handle());
+    runner->graph = make_graph(key, current_cudnn_handle());
   } catch (const c10::Error&) {
     return nullptr;
   }
-  ConvGraph& graph = *plan->graph;
+  ConvGraph& graph = *runner->graph;
   if (wanted.bare && graph.knob_count(wanted.engine) != 0) return nullptr;  // "the knobs ranked first"
   if (graph.create_execution_plan_with_backend_knobs(wanted.engine, wanted.knobs).is_bad()) return nullptr;
   const int64_t index = graph.get_execution_plan_count() - 1;
@@ -434,26 +434,26 @@ std::shared_ptr<GraphPlan> build_exact_graph_plan(const ConvKey& key, const Engi
   if (graph.get_workspace_size_plan_at_index(index, workspace).is_bad() || workspace < 0) {
     return nullptr;
   }
-  if (graph.get_plan_name_at_index(index, plan->choice).is_bad()) plan->choice = wanted.canonical;
-  plan->workspace_bytes = static_cast<size_t>(workspace);
-  plan->plan_index = index;
-  return plan;
+  if (graph.get_plan_name_at_index(index, runner->choice).is_bad()) runner->choice = wanted.canonical;
+  runner->workspace_bytes = static_cast<size_t>(workspace);
+  runner->plan_index = index;
+  return runner;
 }
 
-std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineName& wanted) {
-  if (auto exact = build_exact_graph_plan(key, wanted)) return exact;
-  count_plan_built_by_heuristics();
-  auto plan = std::make_shared<GraphPlan>();
-  plan->key = key;
-  plan->choice = wanted.canonical;
+std::shared_ptr<const Runner> build_graph_runner(const ConvKey& key, const EngineName& wanted) {
+  if (auto exact = build_exact_graph_runner(key, wanted)) return exact;
+  count_execution_plan_built_by_heuristics();
+  auto runner = std::make_shared<GraphRunner>();
+  runner->key = key;
+  runner->choice = wanted.canonical;
   const cudnnHandle_t handle = current_cudnn_handle();
   try {
-    plan->graph = make_graph(key, handle);
+    runner->graph = make_graph(key, handle);
   } catch (const c10::Error& error) {
-    plan->refusal = error.what_without_backtrace();
-    return plan;
+    runner->refusal = error.what_without_backtrace();
+    return runner;
   }
-  ConvGraph& graph = *plan->graph;
+  ConvGraph& graph = *runner->graph;
   const auto listed = enumerate(graph);
   const auto found = std::find_if(listed.begin(), listed.end(), [&](const Listed& l) {
     return matches(wanted, l.name);
@@ -470,36 +470,36 @@ std::shared_ptr<const Plan> build_graph_plan(const ConvKey& key, const EngineNam
   const auto alternatives = [&] {
     for (const auto& l : listed) {
       if (precision_refusal(key, graph.numerical_notes_at(l.index)).empty()) {
-        plan->alternatives.push_back(l.name);
+        runner->alternatives.push_back(l.name);
       }
     }
   };
   if (index < 0) {
-    plan->refusal = "cuDNN offers no such engine configuration for this convolution";
+    runner->refusal = "cuDNN offers no such engine configuration for this convolution";
     alternatives();
-    return plan;
+    return runner;
   }
-  if (graph.get_plan_name_at_index(index, plan->choice).is_bad()) {
-    plan->choice = wanted.canonical;
+  if (graph.get_plan_name_at_index(index, runner->choice).is_bad()) {
+    runner->choice = wanted.canonical;
   }
-  plan->refusal = precision_refusal(key, graph.numerical_notes_at(index));
-  plan->refused_by_rule = !plan->refusal.empty();
-  if (plan->refusal.empty()) {
+  runner->refusal = precision_refusal(key, graph.numerical_notes_at(index));
+  runner->refused_by_rule = !runner->refusal.empty();
+  if (runner->refusal.empty()) {
     const auto status = graph.build_plan_at_index(index);
-    if (status.is_bad()) plan->refusal = "cuDNN cannot build it here (" + message_of(status) + ")";
+    if (status.is_bad()) runner->refusal = "cuDNN cannot build it here (" + message_of(status) + ")";
   }
-  if (!plan->refusal.empty()) {
+  if (!runner->refusal.empty()) {
     alternatives();
-    return plan;
+    return runner;
   }
   int64_t workspace = 0;
   const auto status = graph.get_workspace_size_plan_at_index(index, workspace);
-  TORCH_CHECK(status.is_good(), "torch_cudnn_algo: workspace query for ", plan->choice,
+  TORCH_CHECK(status.is_good(), "torch_cudnn_algo: workspace query for ", runner->choice,
               " failed: ", message_of(status));
   TORCH_INTERNAL_ASSERT(workspace >= 0);
-  plan->workspace_bytes = static_cast<size_t>(workspace);
-  plan->plan_index = index;
-  return plan;
+  runner->workspace_bytes = static_cast<size_t>(workspace);
+  runner->plan_index = index;
+  return runner;
 }
 
 // Whether `wanted` names the configuration `built`: its engine and every knob
@@ -522,7 +522,7 @@ struct LoadedGraph {
 // `blob` deserialised on the current device. No warm-up capture (run_warmup):
 // the first call may itself be under CUDA graph capture, and a freshly built
 // plan is not warmed up either.
-LoadedGraph load_plan_blob(const std::vector<uint8_t>& blob) {
+LoadedGraph load_serialized_execution_plan(const std::vector<uint8_t>& blob) {
   bind_frontend_to_cudnn();
   const auto started = std::chrono::steady_clock::now();
   LoadedGraph loaded;
@@ -540,22 +540,22 @@ LoadedGraph load_plan_blob(const std::vector<uint8_t>& blob) {
 }
 
 // A plan's blob to load for one device.
-struct BlobOnDevice {
-  std::shared_ptr<const PlanBlob> blob;  // kept alive while queued
+struct SerializedPlanOnDevice {
+  std::shared_ptr<const SerializedExecutionPlan> blob;  // kept alive while queued
   int device;
-  bool operator==(const BlobOnDevice& other) const {
+  bool operator==(const SerializedPlanOnDevice& other) const {
     return blob == other.blob && device == other.device;
   }
 };
 
-struct BlobOnDeviceHash {
-  size_t operator()(const BlobOnDevice& key) const {
-    return std::hash<const PlanBlob*>()(key.blob.get()) ^ (static_cast<size_t>(key.device) * 31);
+struct SerializedPlanOnDeviceHash {
+  size_t operator()(const SerializedPlanOnDevice& key) const {
+    return std::hash<const SerializedExecutionPlan*>()(key.blob.get()) ^ (static_cast<size_t>(key.device) * 31);
   }
 };
 
-// load_plan_blob on a prefetch worker thread.
-std::optional<LoadedGraph> load_plan_blob_ahead(const BlobOnDevice& job) {
+// load_serialized_execution_plan on a prefetch worker thread.
+std::optional<LoadedGraph> load_serialized_execution_plan_ahead(const SerializedPlanOnDevice& job) {
   try {
     const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(job.device));
     // PyTorch captures CUDA graphs in the global mode, where a potentially
@@ -564,13 +564,13 @@ std::optional<LoadedGraph> load_plan_blob_ahead(const BlobOnDevice& job) {
     // relaxed mode this thread's calls leave the capture alone.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    return load_plan_blob(job.blob->data);
+    return load_serialized_execution_plan(job.blob->data);
   } catch (const std::exception&) {
     return std::nullopt;  // the caller loads it itself, and warns if that fails too
   }
 }
 
-using BlobPrefetchQueue = WorkQueue<BlobOnDevice, LoadedGraph, BlobOnDeviceHash>;
+using PrefetchQueue = WorkQueue<SerializedPlanOnDevice, LoadedGraph, SerializedPlanOnDeviceHash>;
 
 // Loading a plan's execution plans ahead of their first calls. Loading one
 // from its blob costs milliseconds of host time (cuDNN reloads the engine and
@@ -588,70 +588,70 @@ using BlobPrefetchQueue = WorkQueue<BlobOnDevice, LoadedGraph, BlobOnDeviceHash>
 // beside 7 others, and 1, 2, 4 or 8 workers gave the same first steps within
 // noise (conv_tasnet 0.36-0.42 s, resnet50_amp 0.46-0.55 s, mobilenet_v3_large
 // 0.51-0.76 s; none: 0.58, 0.72, 1.45 s), 2 the steadiest.
-class BlobPrefetch {
+class PrefetchPool {
  public:
   // Queues, for `device`, the blobs of the plan in force made on `gpu`
   // but `own` (its caller loads that one at once), once per device and plan:
   // a new plan first drops what the previous one queued or loaded.
-  void start(int device, const std::string& gpu, const PlanBlob* own) {
+  void start(int device, const std::string& gpu, const SerializedExecutionPlan* own) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const uint64_t generation = config_choices_generation();
+    const uint64_t generation = plan_generation();
     if (generation != generation_) {
       queue_.cancel();
       generation_ = generation;
       started_devices_.clear();
     }
     if (!started_devices_.insert(device).second) return;
-    for (const auto& entry : config_choices_in_force()) {
-      if (entry->blob && entry->blob->gpu == gpu && entry->blob.get() != own) {
-        queue_.add({entry->blob, device});
+    for (const auto& entry : plan_entries_in_force()) {
+      if (entry->execution_plan && entry->execution_plan->gpu == gpu && entry->execution_plan.get() != own) {
+        queue_.add({entry->execution_plan, device});
       }
     }
   }
 
   // What a worker loaded of `blob` for `device` (waiting while it loads), or
   // nullopt: the caller loads it.
-  std::optional<LoadedGraph> take(const std::shared_ptr<const PlanBlob>& blob, int device) {
-    return queue_.take({blob, device}, BlobPrefetchQueue::IfQueued::kTakeBack);
+  std::optional<LoadedGraph> take(const std::shared_ptr<const SerializedExecutionPlan>& blob, int device) {
+    return queue_.take({blob, device}, PrefetchQueue::IfQueued::kTakeBack);
   }
 
   void stop() { queue_.stop(); }
 
  private:
-  BlobPrefetchQueue queue_{load_plan_blob_ahead, static_cast<size_t>(std::max<int64_t>(
+  PrefetchQueue queue_{load_serialized_execution_plan_ahead, static_cast<size_t>(std::max<int64_t>(
                                                      0, env_int("TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS", 2)))};
   std::mutex mutex_;
   uint64_t generation_ = 0;
   std::set<int> started_devices_;
 };
 
-BlobPrefetch& blob_prefetch() {
+PrefetchPool& prefetch_pool() {
   static auto* prefetch = [] {
-    auto* created = new BlobPrefetch();  // leaked, as the plan cache
+    auto* created = new PrefetchPool();  // leaked, as the plan cache
     // Workers still inside cuDNN when the process exits would race the
     // libraries' teardown: exit() waits for them (CUDA's own exit handler,
     // registered earlier, runs after this one).
-    std::atexit([] { blob_prefetch().stop(); });
+    std::atexit([] { prefetch_pool().stop(); });
     return created;
   }();
   return *prefetch;
 }
 
-// The plan running `wanted` on key's problem from `loaded`, a serialised plan
+// The runner running `wanted` on key's problem from `loaded`, a serialized execution plan
 // of the same problem: no heuristics query, no engine build, no runtime
 // compilation. nullptr when it cannot serve: with *why set when the blob is at
 // fault, empty when the contract's rules refuse the configuration (the regular
 // build then reports that refusal, with the alternatives).
-std::shared_ptr<const Plan> graph_plan_from_loaded(const ConvKey& key, const EngineName& wanted,
+std::shared_ptr<const Runner> graph_runner_from_loaded(const ConvKey& key, const EngineName& wanted,
                                                    LoadedGraph loaded, std::string* why) {
   if (!loaded.graph) {
     *why = loaded.why;
     return nullptr;
   }
-  auto plan = std::make_shared<GraphPlan>();
-  plan->key = key;
-  plan->graph = std::move(loaded.graph);
-  ConvGraph& graph = *plan->graph;
+  auto runner = std::make_shared<GraphRunner>();
+  runner->key = key;
+  runner->graph = std::move(loaded.graph);
+  ConvGraph& graph = *runner->graph;
   const int64_t index = graph.serialized_plan_index();
   const fe::ExecutionPlan* built = graph.execution_plan_at(index);
   if (built == nullptr) {
@@ -670,36 +670,36 @@ std::shared_ptr<const Plan> graph_plan_from_loaded(const ConvKey& key, const Eng
     *why = "its workspace size is unknown (" + message_of(status) + ")";
     return nullptr;
   }
-  plan->choice = name->canonical;  // as get_plan_name_at_index spells it: knobs sorted
-  plan->workspace_bytes = static_cast<size_t>(workspace);
-  plan->plan_index = index;
-  plan->deserialized = true;
-  return plan;
+  runner->choice = name->canonical;  // as get_plan_name_at_index spells it: knobs sorted
+  runner->workspace_bytes = static_cast<size_t>(workspace);
+  runner->plan_index = index;
+  runner->deserialized = true;
+  return runner;
 }
 
 // The plan for `wanted` rebuilt from the blob the plan in force carries for
 // key's configuration, or nullptr (no blob, or it cannot serve: the caller
 // builds the plan as without one). The first such call on a device starts
 // loading the plan's other blobs ahead.
-std::shared_ptr<const Plan> plan_from_blob(const ConvKey& key, const EngineName& wanted) {
-  const auto blob = plan_blob_for(key, wanted.canonical);
+std::shared_ptr<const Runner> runner_from_serialized_plan(const ConvKey& key, const EngineName& wanted) {
+  const auto blob = serialized_execution_plan_for(key, wanted.canonical);
   if (!blob) return nullptr;
   const std::string gpu = gpu_model_name(key.device);
   // A blob is made for one GPU model; a device of another (a mixed host) builds.
   if (blob->gpu != gpu) return nullptr;
-  blob_prefetch().start(key.device, gpu, blob.get());
-  std::optional<LoadedGraph> ahead = blob_prefetch().take(blob, key.device);
+  prefetch_pool().start(key.device, gpu, blob.get());
+  std::optional<LoadedGraph> ahead = prefetch_pool().take(blob, key.device);
   const bool prefetched = ahead.has_value();
-  LoadedGraph loaded = prefetched ? std::move(*ahead) : load_plan_blob(blob->data);
-  add_plan_deserialize_us(loaded.us);
+  LoadedGraph loaded = prefetched ? std::move(*ahead) : load_serialized_execution_plan(blob->data);
+  add_execution_plan_deserialize_us(loaded.us);
   std::string why;
-  auto plan = graph_plan_from_loaded(key, wanted, std::move(loaded), &why);
-  if (plan) {
-    count_plan_deserialized(prefetched);
-    return plan;
+  auto runner = graph_runner_from_loaded(key, wanted, std::move(loaded), &why);
+  if (runner) {
+    count_execution_plan_deserialized(prefetched);
+    return runner;
   }
   if (why.empty()) return nullptr;
-  count_plan_deserialize_failed();
+  count_execution_plan_deserialize_failed();
   if (!blob->warned.exchange(true)) {
     warn_to_python("torch_cudnn_algo: the plan entry '" + blob->label +
                    "' carries a built execution plan that cuDNN cannot load here (" + why +
@@ -708,36 +708,36 @@ std::shared_ptr<const Plan> plan_from_blob(const ConvKey& key, const EngineName&
   return nullptr;
 }
 
-// A runtime-compiled configuration's plan: loaded from the compiled plan cache
+// A runtime-compiled configuration's runner: loaded from the execution plan cache
 // when an earlier process saved it, else from a compile worker or built here
 // (holding this process's compile turn), and then saved there.
-std::shared_ptr<const Plan> runtime_compiled_graph_plan(const ConvKey& key, const EngineName& wanted) {
-  if (auto saved = load_compiled_plan(key, wanted.canonical)) {
+std::shared_ptr<const Runner> runtime_compiled_graph_runner(const ConvKey& key, const EngineName& wanted) {
+  if (auto saved = load_cached_execution_plan(key, wanted.canonical)) {
     std::string why;
-    if (auto plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*saved), &why)) {
-      count_compiled_plan_loaded();
-      return plan;
+    if (auto runner = graph_runner_from_loaded(key, wanted, load_serialized_execution_plan(*saved), &why)) {
+      count_cached_execution_plan_loaded();
+      return runner;
     }
-    if (!why.empty()) count_compiled_plan_rejected();
+    if (!why.empty()) count_cached_execution_plan_rejected();
   }
   const auto started = std::chrono::steady_clock::now();
   const CompileElsewhere elsewhere = compile_elsewhere(key, wanted.canonical);  // the turn is held until we return
-  std::shared_ptr<const Plan> plan;
+  std::shared_ptr<const Runner> runner;
   const std::vector<uint8_t>* to_save = nullptr;
   if (elsewhere.blob) {
     std::string why;  // a worker's plan this process cannot load is built here instead
-    plan = graph_plan_from_loaded(key, wanted, load_plan_blob(*elsewhere.blob), &why);
-    if (plan) to_save = &*elsewhere.blob;
+    runner = graph_runner_from_loaded(key, wanted, load_serialized_execution_plan(*elsewhere.blob), &why);
+    if (runner) to_save = &*elsewhere.blob;
   }
-  SerializedPlan built_here;
-  if (!plan) {
-    plan = build_graph_plan(key, wanted);
-    built_here = serialize_graph_plan(*plan);  // nothing to save for a refused plan
+  SerializedBytes built_here;
+  if (!runner) {
+    runner = build_graph_runner(key, wanted);
+    built_here = serialize_execution_plan(*runner);  // nothing to save for a refused plan
     if (built_here.why_not.empty()) to_save = &built_here.data;
   }
-  count_plan_built(microseconds_since(started));
-  if (to_save != nullptr) save_compiled_plan(key, wanted.canonical, *to_save);
-  return plan;
+  count_execution_plan_built(microseconds_since(started));
+  if (to_save != nullptr) save_cached_execution_plan(key, wanted.canonical, *to_save);
+  return runner;
 }
 
 struct GraphKey {
@@ -754,8 +754,8 @@ struct GraphKeyHash {
   }
 };
 
-PlanCache<GraphKey, GraphKeyHash>& graph_cache() {
-  static auto* cache = new PlanCache<GraphKey, GraphKeyHash>();  // leaked: see PlanCache
+RunnerCache<GraphKey, GraphKeyHash>& graph_runner_cache() {
+  static auto* cache = new RunnerCache<GraphKey, GraphKeyHash>();  // leaked: see RunnerCache
   return *cache;
 }
 
@@ -790,45 +790,45 @@ EngineName parse_engine_name(const std::string& name) {
   return parsed;
 }
 
-std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string& engine,
+std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::string& engine,
                                            bool* created, bool runtime_compiled) {
-  return graph_cache().get(GraphKey{key, engine}, created, [&] {
+  return graph_runner_cache().get(GraphKey{key, engine}, created, [&] {
     const EngineName wanted = parse_engine_name(engine);
-    if (auto plan = plan_from_blob(key, wanted)) return plan;
-    if (runtime_compiled) return runtime_compiled_graph_plan(key, wanted);
+    if (auto runner = runner_from_serialized_plan(key, wanted)) return runner;
+    if (runtime_compiled) return runtime_compiled_graph_runner(key, wanted);
     const auto started = std::chrono::steady_clock::now();
-    std::shared_ptr<const Plan> plan = build_graph_plan(key, wanted);
-    count_plan_built(microseconds_since(started));
-    return plan;
+    std::shared_ptr<const Runner> runner = build_graph_runner(key, wanted);
+    count_execution_plan_built(microseconds_since(started));
+    return runner;
   });
 }
 
-SerializedPlan build_serialized_graph_plan(const ConvKey& key, const std::string& engine) {
-  const auto plan = build_graph_plan(key, parse_engine_name(engine));
-  return serialize_graph_plan(*plan);
+SerializedBytes build_serialized_execution_plan(const ConvKey& key, const std::string& engine) {
+  const auto runner = build_graph_runner(key, parse_engine_name(engine));
+  return serialize_execution_plan(*runner);
 }
 
-void clear_graph_plans() {
-  graph_cache().clear();
+void clear_graph_runners() {
+  graph_runner_cache().clear();
 }
 
-size_t graph_plan_count() {
-  return graph_cache().size();
+size_t graph_runner_count() {
+  return graph_runner_cache().size();
 }
 
-SerializedPlan serialize_graph_plan(const Plan& plan) {
-  const auto* graph_plan = dynamic_cast<const GraphPlan*>(&plan);
-  if (graph_plan == nullptr) return {{}, "a legacy algorithm has no execution plan to serialise"};
-  if (!plan.refusal.empty()) return {{}, "it cannot run this convolution: " + plan.refusal};
-  const ConvGraph& graph = *graph_plan->graph;
-  // Graph::serialize writes the graph's last built plan; each GraphPlan builds one.
-  TORCH_INTERNAL_ASSERT(graph.serialized_plan_index() == graph_plan->plan_index,
-                        "graph plan ", plan.choice, " built plan ", graph.serialized_plan_index(),
-                        " after plan ", graph_plan->plan_index);
+SerializedBytes serialize_execution_plan(const Runner& runner) {
+  const auto* graph_runner = dynamic_cast<const GraphRunner*>(&runner);
+  if (graph_runner == nullptr) return {{}, "a legacy algorithm has no execution plan to serialise"};
+  if (!runner.refusal.empty()) return {{}, "it cannot run this convolution: " + runner.refusal};
+  const ConvGraph& graph = *graph_runner->graph;
+  // Graph::serialize writes the graph's last built plan; each GraphRunner builds one.
+  TORCH_INTERNAL_ASSERT(graph.serialized_plan_index() == graph_runner->plan_index,
+                        "graph runner ", runner.choice, " built plan ", graph.serialized_plan_index(),
+                        " after plan ", graph_runner->plan_index);
   // Serialising reads the graph's tensor uids; callers on several threads must not interleave.
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  SerializedPlan serialized;
+  SerializedBytes serialized;
   try {
     // The plan alone (no graph structure): what deserialize(handle, ...) reloads.
     const auto status = graph.serialize(serialized.data, /*serialize_structure=*/false);
@@ -840,11 +840,11 @@ SerializedPlan serialize_graph_plan(const Plan& plan) {
   return serialized;
 }
 
-std::vector<GraphPlanSummary> graph_plan_summaries() {
-  std::vector<GraphPlanSummary> summaries;
-  graph_cache().for_each([&](const GraphKey& key, const Plan& plan) {
-    summaries.push_back({key.conv, key.engine, plan.choice, plan.refusal,
-                         static_cast<int64_t>(plan.workspace_bytes), plan.deserialized});
+std::vector<GraphRunnerSummary> graph_runner_summaries() {
+  std::vector<GraphRunnerSummary> summaries;
+  graph_runner_cache().for_each([&](const GraphKey& key, const Runner& runner) {
+    summaries.push_back({key.conv, key.engine, runner.choice, runner.refusal,
+                         static_cast<int64_t>(runner.workspace_bytes), runner.deserialized});
   });
   return summaries;
 }

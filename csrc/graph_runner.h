@@ -1,9 +1,9 @@
 // Runs cuDNN graph-API engine configurations (what stock PyTorch runs) through
 // the cuDNN frontend 1.x: conv_fprop, conv_dgrad and conv_wgrad graphs, one
-// GraphPlan per (configuration, engine name), built once and shared.
+// GraphRunner per (configuration, engine name), built once and shared.
 #pragma once
 
-#include "plan.h"
+#include "runner.h"
 
 #include <memory>
 #include <string>
@@ -25,49 +25,49 @@ struct EngineName {
 // Parses an engine configuration name; ValueError naming the syntax otherwise.
 EngineName parse_engine_name(const std::string& name);
 
-// The plan running `engine` on `key`'s problem, built on first use (heuristics
-// query, support check and plan build; nothing executed). `*created` as for
-// get_legacy_plan. Must run with key.device current. A `runtime_compiled`
-// configuration (cuDNN's RUNTIME_COMPILATION note) is loaded from the compiled
-// plan cache when an earlier process saved it, else may be built by a compile
-// worker while tune() runs, and is then saved (see compiled_plan_cache.h and
+// The runner running `engine` on `key`'s problem, built on first use (heuristics
+// query, support check and execution plan build; nothing executed). `*created` as for
+// get_legacy_runner. Must run with key.device current. A `runtime_compiled`
+// configuration (cuDNN's RUNTIME_COMPILATION note) is loaded from the
+// execution plan cache when an earlier process saved it, else may be built by a compile
+// worker while tune() runs, and is then saved (see execution_plan_cache.h and
 // compile_workers.h).
-std::shared_ptr<const Plan> get_graph_plan(const ConvKey& key, const std::string& engine,
+std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::string& engine,
                                            bool* created, bool runtime_compiled = false);
 
-void clear_graph_plans();
-size_t graph_plan_count();
+void clear_graph_runners();
+size_t graph_runner_count();
 
-// A plan's serialised form (the frontend's Graph::serialize), or why there is none.
-struct SerializedPlan {
+// A runner's execution plan serialized (the frontend's Graph::serialize), or why there is none.
+struct SerializedBytes {
   std::vector<uint8_t> data;  // empty when why_not is set
-  std::string why_not;        // a legacy algorithm, a refused plan, or cuDNN's refusal
+  std::string why_not;        // a legacy algorithm, a refused runner, or cuDNN's refusal
 };
 
-// What a plan file stores of a built plan (see plan_blobs.h): get_graph_plan
+// What a plan file stores of a built runner (see serialized_execution_plan.h): get_graph_runner
 // rebuilds it from that on a GPU of the same model, cuDNN and frontend.
-SerializedPlan serialize_graph_plan(const Plan& plan);
+SerializedBytes serialize_execution_plan(const Runner& runner);
 
-// `engine` built for `key` outside the plan cache and serialised: what a
+// `engine` built for `key` outside the runner cache and serialized: what a
 // compile worker sends back.
-SerializedPlan build_serialized_graph_plan(const ConvKey& key, const std::string& engine);
+SerializedBytes build_serialized_execution_plan(const ConvKey& key, const std::string& engine);
 
-// One plan of the graph plan cache, for tests and reports.
-struct GraphPlanSummary {
+// One runner of the graph runner cache, for tests and reports.
+struct GraphRunnerSummary {
   ConvKey key;
   std::string engine;  // the name it was asked for
   std::string choice;  // the configuration cuDNN runs
   std::string refusal;
   int64_t workspace;
-  bool deserialized;  // loaded from a serialised plan (a plan file's, or a compile worker's)
+  bool deserialized;  // loaded from a serialized execution plan (a plan file's, or a compile worker's)
 };
-std::vector<GraphPlanSummary> graph_plan_summaries();
+std::vector<GraphRunnerSummary> graph_runner_summaries();
 
 // One engine configuration cuDNN offers for a problem.
 struct EngineCandidate {
   std::string name;             // "eng62_k2=1_k13=1_..."
   std::string source;           // "heuristics_a", "heuristics_b" or "fallback"
-  int64_t workspace = -1;       // bytes; -1 when the plan could not be built
+  int64_t workspace = -1;       // bytes; -1 when the execution plan could not be built
   std::vector<std::string> numerical_notes;  // TENSOR_CORE, DOWN_CONVERT_INPUTS, FFT, ...
   std::vector<std::string> behavior_notes;   // RUNTIME_COMPILATION, ...
   std::string knob_space;       // the engine's tunable knobs: "k2=0..3 k13=0..1"

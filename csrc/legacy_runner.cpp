@@ -2,7 +2,7 @@
 
 #include "cudnn_handle.h"
 #include "legacy_algorithms.h"
-#include "plan_cache.h"
+#include "runner_cache.h"
 
 #include <ATen/cudnn/Descriptors.h>
 #include <ATen/cudnn/Types.h>
@@ -12,7 +12,7 @@
 namespace torch_cudnn_algo {
 namespace {
 
-struct LegacyPlan final : Plan {
+struct LegacyRunner final : Runner {
   at::native::TensorDescriptor x_desc;  // cuDNN forward input  (dx for bwd-data)
   at::native::FilterDescriptor w_desc;  // filter               (dw for bwd-filter)
   at::native::TensorDescriptor y_desc;  // cuDNN forward output (dy for backward)
@@ -107,80 +107,80 @@ const char* workspace_query_name(Direction direction) {
   TORCH_INTERNAL_ASSERT(false, "unknown direction");
 }
 
-cudnnStatus_t query_workspace(cudnnHandle_t handle, const LegacyPlan& plan, int algo,
+cudnnStatus_t query_workspace(cudnnHandle_t handle, const LegacyRunner& runner, int algo,
                               size_t* bytes) {
-  switch (plan.key.dir()) {
+  switch (runner.key.dir()) {
     case Direction::kForward:
       return cudnnGetConvolutionForwardWorkspaceSize(
-          handle, plan.x_desc.desc(), plan.w_desc.desc(), plan.conv_desc.desc(),
-          plan.y_desc.desc(), static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+          handle, runner.x_desc.desc(), runner.w_desc.desc(), runner.conv_desc.desc(),
+          runner.y_desc.desc(), static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
     case Direction::kBackwardData:
       return cudnnGetConvolutionBackwardDataWorkspaceSize(
-          handle, plan.w_desc.desc(), plan.y_desc.desc(), plan.conv_desc.desc(),
-          plan.x_desc.desc(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+          handle, runner.w_desc.desc(), runner.y_desc.desc(), runner.conv_desc.desc(),
+          runner.x_desc.desc(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
     case Direction::kBackwardFilter:
       return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          handle, plan.x_desc.desc(), plan.y_desc.desc(), plan.conv_desc.desc(),
-          plan.w_desc.desc(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+          handle, runner.x_desc.desc(), runner.y_desc.desc(), runner.conv_desc.desc(),
+          runner.w_desc.desc(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
   }
   TORCH_INTERNAL_ASSERT(false, "unknown direction");
 }
 
-// Asks cuDNN whether `algo` supports the plan's problem: NOT_SUPPORTED means
+// Asks cuDNN whether `algo` supports the runner's problem: NOT_SUPPORTED means
 // "cannot run"; any other failure is a bug worth surfacing.
-std::optional<size_t> supported_workspace(cudnnHandle_t handle, const LegacyPlan& plan,
+std::optional<size_t> supported_workspace(cudnnHandle_t handle, const LegacyRunner& runner,
                                           int algo) {
   size_t bytes = 0;
-  const cudnnStatus_t status = query_workspace(handle, plan, algo, &bytes);
+  const cudnnStatus_t status = query_workspace(handle, runner, algo, &bytes);
   if (status == CUDNN_STATUS_SUCCESS) return bytes;
   if (status == CUDNN_STATUS_NOT_SUPPORTED) return std::nullopt;
-  TORCH_CHECK(false, "torch_cudnn_algo: ", workspace_query_name(plan.key.dir()),
+  TORCH_CHECK(false, "torch_cudnn_algo: ", workspace_query_name(runner.key.dir()),
               "(algo=", algo, ") returned ", cudnnGetErrorString(status), " for ",
-              describe_conv(plan.key));
+              describe_conv(runner.key));
 }
 
-std::shared_ptr<LegacyPlan> build_plan(const ConvKey& key) {
-  auto plan = std::make_shared<LegacyPlan>();
-  plan->key = key;
+std::shared_ptr<LegacyRunner> build_runner(const ConvKey& key) {
+  auto runner = std::make_shared<LegacyRunner>();
+  runner->key = key;
   const Direction direction = key.dir();
-  plan->choice = describe_legacy_algo(direction, key.algo);
+  runner->choice = describe_legacy_algo(direction, key.algo);
   TORCH_INTERNAL_ASSERT(legacy_algo_is_implemented(direction, key.algo));
   if (!fits_int32(key)) {
-    plan->refusal =
+    runner->refusal =
         "a tensor has more than 2^31-1 elements, beyond cuDNN's 32-bit legacy descriptors";
-    return plan;
+    return runner;
   }
   const cudnnDataType_t dtype = at::native::getCudnnDataTypeFromScalarType(key.scalar_type());
-  set_tensor_desc(plan->x_desc, dtype, key.input(), key.format());
-  set_filter_desc(plan->w_desc, dtype, key.weight(), key.format());
-  set_tensor_desc(plan->y_desc, dtype, key.output(), key.format());
-  set_conv_desc(plan->conv_desc, key);
+  set_tensor_desc(runner->x_desc, dtype, key.input(), key.format());
+  set_filter_desc(runner->w_desc, dtype, key.weight(), key.format());
+  set_tensor_desc(runner->y_desc, dtype, key.output(), key.format());
+  set_conv_desc(runner->conv_desc, key);
 
   const cudnnHandle_t handle = current_cudnn_handle();
   if (key.deterministic && !legacy_algo_is_deterministic(direction, key.algo)) {
-    plan->refused_by_rule = true;
-    plan->refusal =
+    runner->refused_by_rule = true;
+    runner->refusal =
         "it is non-deterministic and deterministic algorithms are required "
         "(torch.backends.cudnn.deterministic or torch.use_deterministic_algorithms)";
-  } else if (const auto bytes = supported_workspace(handle, *plan, key.algo)) {
-    plan->workspace_bytes = *bytes;
-    return plan;
+  } else if (const auto bytes = supported_workspace(handle, *runner, key.algo)) {
+    runner->workspace_bytes = *bytes;
+    return runner;
   } else {
-    plan->refusal = std::string("cuDNN does not support it for this convolution (") +
+    runner->refusal = std::string("cuDNN does not support it for this convolution (") +
                     workspace_query_name(direction) + " returned CUDNN_STATUS_NOT_SUPPORTED)";
   }
   for (int algo = 0; algo < legacy_algo_count(direction); ++algo) {
     if (legacy_algo_is_implemented(direction, algo) &&
         (!key.deterministic || legacy_algo_is_deterministic(direction, algo)) &&
-        supported_workspace(handle, *plan, algo)) {
-      plan->alternatives.push_back(describe_legacy_algo(direction, algo));
+        supported_workspace(handle, *runner, algo)) {
+      runner->alternatives.push_back(describe_legacy_algo(direction, algo));
     }
   }
-  return plan;
+  return runner;
 }
 
-PlanCache<ConvKey, ConvKeyHash>& legacy_cache() {
-  static auto* cache = new PlanCache<ConvKey, ConvKeyHash>();  // leaked: see PlanCache
+RunnerCache<ConvKey, ConvKeyHash>& legacy_cache() {
+  static auto* cache = new RunnerCache<ConvKey, ConvKeyHash>();  // leaked: see RunnerCache
   return *cache;
 }
 
@@ -196,9 +196,9 @@ struct Scaling {
 
 }  // namespace
 
-void LegacyPlan::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+void LegacyRunner::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
                      void* workspace) const {
-  TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused plan: ", refusal);
+  TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused runner: ", refusal);
   TORCH_INTERNAL_ASSERT(workspace != nullptr || workspace_bytes == 0);
   const cudnnHandle_t handle = current_cudnn_handle();
   const Scaling scaling(key.scalar_type());
@@ -227,22 +227,22 @@ void LegacyPlan::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   TORCH_INTERNAL_ASSERT(false, "unknown direction");
 }
 
-std::shared_ptr<const Plan> get_legacy_plan(const ConvKey& key, bool* created) {
-  return legacy_cache().get(key, created, [&] { return build_plan(key); });
+std::shared_ptr<const Runner> get_legacy_runner(const ConvKey& key, bool* created) {
+  return legacy_cache().get(key, created, [&] { return build_runner(key); });
 }
 
-void clear_legacy_plans() {
+void clear_legacy_runners() {
   legacy_cache().clear();
 }
 
-size_t legacy_plan_count() {
+size_t legacy_runner_count() {
   return legacy_cache().size();
 }
 
 std::optional<size_t> legacy_workspace_size(const ConvKey& key) {
-  auto plan = build_plan(key);
-  if (!plan->refusal.empty()) return std::nullopt;
-  return plan->workspace_bytes;
+  auto runner = build_runner(key);
+  if (!runner->refusal.empty()) return std::nullopt;
+  return runner->workspace_bytes;
 }
 
 }  // namespace torch_cudnn_algo

@@ -2,8 +2,8 @@
 // The Python package wraps these; they are not meant to be called directly.
 #include "common.h"
 #include "compile_workers.h"
-#include "compiled_plan_cache.h"
-#include "config_choices.h"
+#include "execution_plan_cache.h"
+#include "plan.h"
 #include "cudnn_handle.h"
 #include "fastest_tuner.h"
 #include "graph_runner.h"
@@ -11,7 +11,7 @@
 #include "legacy_algorithms.h"
 #include "legacy_runner.h"
 #include "overrides.h"
-#include "plan_blobs.h"
+#include "serialized_execution_plan.h"
 #include "profiling.h"
 #include "python_bridge.h"
 #include "selection.h"
@@ -128,15 +128,15 @@ std::vector<std::string> get_active_overrides() {
 }
 
 void clear_plan_cache() {
-  cancel_prepared_fastest();  // its threads fill the graph plan cache
-  clear_legacy_plans();
-  clear_graph_plans();
+  cancel_prepared_fastest();  // its threads fill the graph runner cache
+  clear_legacy_runners();
+  clear_graph_runners();
   clear_profile_decisions();
   clear_tuning_log();
 }
 
 int64_t plan_cache_size() {
-  return static_cast<int64_t>(legacy_plan_count() + graph_plan_count());
+  return static_cast<int64_t>(legacy_runner_count() + graph_runner_count());
 }
 
 // The key of a user-level convolution (as F.convNd / F.conv_transposeNd take it)
@@ -256,7 +256,7 @@ std::tuple<std::string, std::string> conv_request(
 }
 
 // Checks the profiler's operands of a cuDNN problem x (*) w = y and returns its
-// key. Operands by direction, as Plan::run takes them: fwd (x, w) -> y;
+// key. Operands by direction, as Runner::run takes them: fwd (x, w) -> y;
 // bwd_data (dy, w) -> dx; bwd_filter (x, dy) -> dw.
 ConvKey candidate_key(Direction dir, const at::Tensor& a, const at::Tensor& b,
                       const at::Tensor& out, at::IntArrayRef padding, at::IntArrayRef stride,
@@ -289,11 +289,11 @@ ConvKey candidate_key(Direction dir, const at::Tensor& a, const at::Tensor& b,
                        allow_tf32, format);
 }
 
-// Builds (cached) the plan of one candidate on a cuDNN problem and, with
+// Builds (cached) the runner of one candidate on a cuDNN problem and, with
 // `execute`, runs it once on the current stream, writing `out`. Returns
 // ("ok" | "unsupported: <why>" | "refused: <rule>", workspace bytes or -1).
 // An allocation failure raises torch.OutOfMemoryError. No rule beyond the
-// plan's own refusal is applied (the profiler applies the workspace limit).
+// runner's own refusal is applied (the profiler applies the workspace limit).
 std::tuple<std::string, int64_t> run_candidate(
     const std::string& direction, const std::string& choice_value, const at::Tensor& a,
     const at::Tensor& b, const at::Tensor& out, at::IntArrayRef padding, at::IntArrayRef stride,
@@ -307,15 +307,15 @@ std::tuple<std::string, int64_t> run_candidate(
   const ConvKey key = candidate_key(dir, a, b, out, padding, stride, dilation, groups,
                                     deterministic, allow_tf32);
   const c10::cuda::CUDAGuard device_guard(a.device());
-  const auto plan = plan_for_choice(*choice, key);
-  if (!plan->refusal.empty()) {
-    return {(plan->refused_by_rule ? "refused: " : "unsupported: ") + plan->refusal, -1};
+  const auto runner = runner_for_choice(*choice, key);
+  if (!runner->refusal.empty()) {
+    return {(runner->refused_by_rule ? "refused: " : "unsupported: ") + runner->refusal, -1};
   }
   if (execute) {
-    const c10::DataPtr workspace = allocate_workspace(plan->workspace_bytes);
-    plan->run(a, b, out, workspace.get());
+    const c10::DataPtr workspace = allocate_workspace(runner->workspace_bytes);
+    runner->run(a, b, out, workspace.get());
   }
-  return {"ok", static_cast<int64_t>(plan->workspace_bytes)};
+  return {"ok", static_cast<int64_t>(runner->workspace_bytes)};
 }
 
 // Blobs cross between Python and C++ as 1-d uint8 CPU tensors (a str would
@@ -336,7 +336,7 @@ at::Tensor tensor_of(const std::vector<uint8_t>& bytes) {
   return tensor;
 }
 
-// Stages one entry of a torch_cudnn_algo.Plan (see config_choices.h). The
+// Stages one entry of a torch_cudnn_algo.Plan (see plan.h). The
 // convolution arrives as for engine_configs (meta tensors: a description);
 // `choice` is a flag value, "" for stock's own path; `blob`, if given, the
 // choice's built execution plan (what plan_blob returned) made on a `blob_gpu`.
@@ -350,14 +350,14 @@ void stage_plan_choice(const std::string& direction, const at::Tensor& input,
   const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation, groups,
                                     transposed, output_padding, /*deterministic=*/false,
                                     /*allow_tf32=*/false, at::Device(at::kCUDA, 0));
-  std::shared_ptr<PlanBlob> plan_blob;
+  std::shared_ptr<SerializedExecutionPlan> plan_blob;
   if (blob.has_value()) {
-    plan_blob = std::make_shared<PlanBlob>();
+    plan_blob = std::make_shared<SerializedExecutionPlan>();
     plan_blob->data = bytes_of(*blob, "a built execution plan");
     plan_blob->gpu = blob_gpu;
     plan_blob->label = label;
   }
-  stage_config_choice(key, choice, label, std::move(plan_blob));
+  stage_plan_entry(key, choice, label, std::move(plan_blob));
 }
 
 // The built execution plan of `choice` on a convolution (meta tensors describe
@@ -377,7 +377,7 @@ std::tuple<at::Tensor, std::string> plan_blob(
     return {tensor_of({}), "a legacy algorithm has no execution plan to serialise"};
   }
   const c10::cuda::CUDAGuard device_guard(device);
-  const auto serialized = serialize_graph_plan(*plan_for_choice(*choice, key));
+  const auto serialized = serialize_execution_plan(*runner_for_choice(*choice, key));
   return {tensor_of(serialized.data), serialized.why_not};
 }
 
@@ -388,8 +388,8 @@ c10::Dict<std::string, int64_t> counts_dict(std::initializer_list<std::pair<cons
   return out;
 }
 
-c10::Dict<std::string, int64_t> plan_build_counts_op() {
-  const auto c = plan_build_counts();
+c10::Dict<std::string, int64_t> execution_plan_counts_op() {
+  const auto c = execution_plan_counts();
   return counts_dict({{"built", c.built},
                       {"built_by_heuristics", c.built_by_heuristics},
                       {"deserialized", c.deserialized},
@@ -415,24 +415,24 @@ c10::Dict<std::string, int64_t> compile_worker_counts_op() {
       {{"started", c.started}, {"ready", c.ready}, {"builds", c.builds}, {"failed_builds", c.failed_builds}});
 }
 
-c10::Dict<std::string, int64_t> compiled_plan_cache_counts_op() {
-  const auto c = compiled_plan_cache_counts();
+c10::Dict<std::string, int64_t> execution_plan_cache_counts_op() {
+  const auto c = execution_plan_cache_counts();
   return counts_dict(
       {{"loaded", c.loaded}, {"saved", c.saved}, {"rejected", c.rejected}, {"save_failed", c.save_failed}});
 }
 
-// The graph plans built or deserialised so far, as columns: direction,
+// The graph runners built or deserialised so far, as columns: direction,
 // convolution, engine name asked for, configuration run, refusal, workspace
 // bytes, deserialised.
-using GraphPlanTable =
+using GraphRunnerTable =
     std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
                std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>,
                c10::List<bool>>;
 
-GraphPlanTable graph_plans() {
-  GraphPlanTable columns;
+GraphRunnerTable graph_plans() {
+  GraphRunnerTable columns;
   auto& [directions, convs, engines, choices, refusals, workspaces, deserialized] = columns;
-  for (const auto& summary : graph_plan_summaries()) {
+  for (const auto& summary : graph_runner_summaries()) {
     directions.push_back(direction_name(summary.key.dir()));
     convs.push_back(describe_conv(summary.key));
     engines.push_back(summary.engine);
@@ -453,7 +453,7 @@ std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<int64
 plan_choices_in_force() {
   std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>> columns;
   auto& [labels, choices, runs] = columns;
-  for (const auto& entry : config_choices_in_force()) {
+  for (const auto& entry : plan_entries_in_force()) {
     labels.push_back(entry->label);
     const Choice* choice = entry->choice.get();
     choices.push_back(!choice ? "" : choice->is_engine() ? choice->engine
@@ -466,8 +466,8 @@ plan_choices_in_force() {
 // The labels of the plan entries in force that carry a built execution plan.
 std::vector<std::string> plan_blob_labels() {
   std::vector<std::string> labels;
-  for (const auto& entry : config_choices_in_force()) {
-    if (entry->blob) labels.push_back(entry->label);
+  for (const auto& entry : plan_entries_in_force()) {
+    if (entry->execution_plan) labels.push_back(entry->label);
   }
   return labels;
 }
@@ -577,12 +577,12 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
       "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
       "bool allow_tf32, str choice) -> (Tensor, str)",
       &plan_blob);
-  m.def("plan_build_counts() -> Dict(str, int)", &plan_build_counts_op);
+  m.def("plan_build_counts() -> Dict(str, int)", &execution_plan_counts_op);
   m.def("plan_blob_labels() -> str[]", &plan_blob_labels);
   m.def("graph_plans() -> (str[], str[], str[], str[], str[], int[], bool[])", &graph_plans);
   m.def("cudnn_frontend_version() -> int", &cudnn_frontend_version);
-  m.def("commit_plan_choices() -> ()", &commit_config_choices);
-  m.def("discard_plan_choices() -> ()", &discard_staged_config_choices);
+  m.def("commit_plan_choices() -> ()", &commit_plan);
+  m.def("discard_plan_choices() -> ()", &discard_staged_plan);
   m.def("plan_choices_in_force() -> (str[], str[], int[])", &plan_choices_in_force);
   m.def("set_config_recording(bool enabled) -> ()", &set_config_recording);
   m.def("recorded_configs() -> str[]", &recorded_configs);
@@ -600,8 +600,8 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
   m.def("enable_compile_workers(str[] command, int count) -> ()", &enable_compile_workers_op);
   m.def("disable_compile_workers() -> ()", &disable_compile_workers_op);
   m.def("compile_worker_counts() -> Dict(str, int)", &compile_worker_counts_op);
-  m.def("compiled_plan_cache_dir() -> str", &compiled_plan_cache_dir);
-  m.def("compiled_plan_cache_counts() -> Dict(str, int)", &compiled_plan_cache_counts_op);
+  m.def("compiled_plan_cache_dir() -> str", &execution_plan_cache_dir);
+  m.def("compiled_plan_cache_counts() -> Dict(str, int)", &execution_plan_cache_counts_op);
 }
 
 }  // namespace torch_cudnn_algo

@@ -1,12 +1,12 @@
 // The shared tail of the single-call overrides (cudnn_convolution and
-// cudnn_convolution_transpose): select the plan (pinned, policy-picked, or none),
+// cudnn_convolution_transpose): select the runner (pinned, policy-picked, or none),
 // allocate what its cuDNN call writes and run it on (input, weight), or hand
 // the call to ATen.
 #pragma once
 
 #include "conv_key.h"
 #include "cudnn_handle.h"
-#include "plan.h"
+#include "runner.h"
 #include "selection.h"
 
 #include <ATen/ops/empty.h>
@@ -17,7 +17,7 @@ namespace torch_cudnn_algo {
 
 // `output_sizes` are those of the tensor the call writes: y for a forward call,
 // x for a transposed convolution's backward-data call. Empty outputs and inputs
-// never reach cuDNN. `stock` runs ATen's kernel when no plan is selected.
+// never reach cuDNN. `stock` runs ATen's kernel when no runner is selected.
 template <typename Stock>
 at::Tensor run_pinned_call(const ConvKey& key, at::IntArrayRef output_sizes,
                            const at::Tensor& input, const at::Tensor& weight, Stock&& stock) {
@@ -29,7 +29,7 @@ at::Tensor run_pinned_call(const ConvKey& key, at::IntArrayRef output_sizes,
   if (input.numel() == 0) {
     return at::zeros(output_sizes, options);  // zero input channels: every output is an empty sum
   }
-  const SelectedPlan selected = select_plan(key);
+  const SelectedRunner selected = select_runner(key);
   if (!selected) {
     return stock();
   }

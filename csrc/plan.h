@@ -1,51 +1,76 @@
-// A Plan runs one pinned choice (a legacy algorithm or a graph-API engine
-// configuration) on one convolution problem. Built once per configuration,
-// immutable afterwards, shared by every thread.
+// The per-configuration choices of the torch_cudnn_algo.Plan in use: for a
+// convolution configuration the plan names, its entry wins over the
+// direction's flag; every other configuration follows the flags. Also the
+// recording of the configurations a model runs, which tune() profiles.
+//
+// Entries match on the convolution itself (direction, shapes, dtype, layout,
+// stride, padding, dilation, groups, transposed, output padding), not on the
+// device or the determinism/TF32 settings: every rank of a job, whatever its
+// GPU index, runs the same entry, and the contract's rules still refuse an
+// entry the settings forbid (warning or strict error, as for a flag).
 #pragma once
 
 #include "conv_key.h"
+#include "serialized_execution_plan.h"
+#include "selection.h"
 
 #include <atomic>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace torch_cudnn_algo {
 
-struct Plan {
-  virtual ~Plan() = default;
-
-  ConvKey key;
-  // What runs, as the user would name it: "1 (IMPLICIT_PRECOMP_GEMM)" or the
-  // full engine configuration name "eng62_k2=1_k13=1_k18=0".
-  std::string choice;
-  // Why the pinned choice cannot run this problem; empty when it can.
-  std::string refusal;
-  // The refusal comes from the contract's rules (determinism, TF32), not from
-  // cuDNN lacking support: the profile table tells the two apart.
-  bool refused_by_rule = false;
-  // On refusal: choices of the same kind that could run it instead.
-  std::vector<std::string> alternatives;
-  // Exactly what cuDNN reported this choice needs.
-  size_t workspace_bytes = 0;
-  // Rebuilt from a serialised execution plan (a plan file's) instead of being
-  // built here: no heuristics query, no engine compilation.
-  bool deserialized = false;
-  // Set by the first refusal warning, so each configuration warns once.
-  mutable std::atomic<bool> warned{false};
-  // Set by the first "workspace could not be allocated" warning.
-  mutable std::atomic<bool> warned_out_of_memory{false};
-  // The workspace limit last warned about for this plan (-1: none yet).
-  mutable std::atomic<int64_t> warned_limit{-1};
-  // Set when the "requested ... is set" line was logged: once per plan, also
-  // when profiling built the plan before the first pinned call.
-  mutable std::atomic<bool> announced{false};
-
-  // Executes on the current stream. Operands by direction, all canonical in
-  // key.format():  fwd (x, w) -> y;  bwd_data (dy, w) -> dx;  bwd_filter (x, dy) -> dw.
-  // `workspace` holds at least workspace_bytes: the caller allocates it, so a
-  // failed allocation is decided before anything is written (see select_plan).
-  virtual void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
-                   void* workspace) const = 0;
+// One plan entry. Immutable but for the run count.
+struct PlanEntry {
+  std::string label;                     // the configuration as the plan names it
+  std::shared_ptr<const Choice> choice;  // nullptr: stock PyTorch's own path
+  // The entry's engine configuration as built where the plan was made, or
+  // nullptr: what get_graph_runner rebuilds the runner from (see
+  // serialized_execution_plan.h).
+  std::shared_ptr<const SerializedExecutionPlan> execution_plan;
+  mutable std::atomic<int64_t> runs{0};  // calls that ran this entry's choice
 };
+
+// Adds an entry to the plan being staged (replacing one for the same
+// configuration). `value` is a flag value ("1", an engine configuration name)
+// or "" for the stock path; a malformed one raises ValueError. `blob`, if not
+// null, is the entry's built engine configuration (an engine choice only; a
+// corrupt one raises ValueError). Nothing is in force until
+// commit_plan().
+void stage_plan_entry(const ConvKey& key, const std::string& value, const std::string& label,
+                         std::shared_ptr<const SerializedExecutionPlan> blob = nullptr);
+
+// Puts the staged entries in force (an empty stage: no plan), replacing the
+// previous plan atomically, and (de)registers the overrides to match.
+void commit_plan();
+
+// Forgets the staged entries (a plan that failed validation half-way).
+void discard_staged_plan();
+
+// The entry for key's configuration in the plan in force, or nullptr. Called
+// once per configuration per thread (select_runner memoizes the outcome).
+std::shared_ptr<const PlanEntry> plan_entry_for(const ConvKey& key);
+
+// Whether the plan in force has an entry in `direction` (its calls must then
+// pass through the overrides). One atomic load: called on every convolution.
+bool plan_covers(Direction direction);
+
+// Counts the plans put in force (commit_plan): what tells a cache
+// made for one plan from the next plan's, even at a reused address.
+uint64_t plan_generation();
+
+// The entries in force, in staging order.
+std::vector<std::shared_ptr<const PlanEntry>> plan_entries_in_force();
+
+// While on, every configuration reaching the overrides is recorded (and runs
+// as it would otherwise). Turning it on clears the record.
+void set_config_recording(bool enabled);
+bool config_recording();
+void record_config(const ConvKey& key);
+// The recorded configurations, each as python_request() describes it, in the
+// order they were first met.
+std::vector<std::string> recorded_configs();
 
 }  // namespace torch_cudnn_algo

@@ -93,7 +93,7 @@ void clear_profile_decisions() {
     std::lock_guard<std::mutex> lock(g_mutex);
     decisions().clear();
   }
-  invalidate_selections();  // the threads' memos hold the old picks' plans
+  invalidate_selections();  // the threads' memos hold the old picks' runners
 }
 
 size_t profile_decision_count() {

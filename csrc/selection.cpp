@@ -1,6 +1,6 @@
 #include "selection.h"
 
-#include "config_choices.h"
+#include "plan.h"
 #include "cudnn_handle.h"
 #include "graph_runner.h"
 #include "legacy_algorithms.h"
@@ -28,7 +28,7 @@ std::atomic<bool> g_profile{false};
 // Relaxed counters: one uncontended-in-practice increment per pinned call.
 std::array<std::atomic<int64_t>, kNumDirections> g_run_counts{};
 thread_local bool t_bypass = false;
-// Bumped (after the change) by everything that can alter a select_plan outcome.
+// Bumped (after the change) by everything that can alter a select_runner outcome.
 std::atomic<uint64_t> g_selection_epoch{0};
 // Serializes writers so the registered overrides always match the last write.
 std::mutex g_write_mutex;
@@ -67,24 +67,24 @@ void resync_overrides() {
   }
 }
 
-std::string asked_text(const Plan& plan, const Choice& choice) {
-  const std::string value = choice.is_engine() ? "'" + choice.engine + "'" : plan.choice;
+std::string asked_text(const Runner& runner, const Choice& choice) {
+  const std::string value = choice.is_engine() ? "'" + choice.engine + "'" : runner.choice;
   if (!choice.origin.empty()) return choice.origin + " (" + value + ")";
-  return std::string("torch.backends.cudnn.") + direction_flag_name(plan.key.dir()) + " = " + value;
+  return std::string("torch.backends.cudnn.") + direction_flag_name(runner.key.dir()) + " = " + value;
 }
 
 // Raises (strict) or warns once (`first` says whether this is the first time)
-// that `choice` cannot run plan.key's problem because of `reason`.
-void refuse(const Plan& plan, const Choice& choice, const std::string& reason,
+// that `choice` cannot run runner.key's problem because of `reason`.
+void refuse(const Runner& runner, const Choice& choice, const std::string& reason,
             const std::vector<std::string>& alternatives_list, bool first) {
-  const ConvKey& key = plan.key;
+  const ConvKey& key = runner.key;
   std::string alternatives;
   for (const auto& name : alternatives_list) {
     alternatives += (alternatives.empty() ? "" : ", ") + name;
   }
   if (alternatives.empty()) alternatives = "none";
   const char* kind = choice.is_engine() ? "Engine configurations" : "Legacy algorithms";
-  const std::string asked = asked_text(plan, choice);
+  const std::string asked = asked_text(runner, choice);
   if (strict_mode()) {
     TORCH_CHECK(false, "torch_cudnn_algo: ", asked, " cannot run this convolution: ", reason,
                 ".\n  convolution: ", describe_conv(key), "\n  ", kind,
@@ -119,30 +119,30 @@ std::vector<std::string> alternatives_within_limit(const Choice& choice, const C
     if (!legacy_algo_is_implemented(direction, algo)) continue;
     Choice legacy;
     legacy.legacy_algo = algo;
-    const auto plan = plan_for_choice(legacy, key);
-    if (plan->refusal.empty() && static_cast<int64_t>(plan->workspace_bytes) <= limit) {
-      names.push_back(plan->choice);
+    const auto runner = runner_for_choice(legacy, key);
+    if (runner->refusal.empty() && static_cast<int64_t>(runner->workspace_bytes) <= limit) {
+      names.push_back(runner->choice);
     }
   }
   return names;
 }
 
-void handle_refusal(const Plan& plan, const Choice& choice) {
-  const bool first = !strict_mode() && !plan.warned.exchange(true);
-  refuse(plan, choice, plan.refusal, plan.alternatives, first);
+void handle_refusal(const Runner& runner, const Choice& choice) {
+  const bool first = !strict_mode() && !runner.warned.exchange(true);
+  refuse(runner, choice, runner.refusal, runner.alternatives, first);
 }
 
-// The workspace limit applied to a plan that cuDNN can run; true when it fits.
-bool within_workspace_limit(const Plan& plan, const Choice& choice) {
+// The workspace limit applied to a runner that cuDNN can run; true when it fits.
+bool within_workspace_limit(const Runner& runner, const Choice& choice) {
   const int64_t limit = workspace_limit();
-  if (limit < 0 || static_cast<int64_t>(plan.workspace_bytes) <= limit) return true;
-  const bool first = !strict_mode() && plan.warned_limit.exchange(limit) != limit;
+  if (limit < 0 || static_cast<int64_t>(runner.workspace_bytes) <= limit) return true;
+  const bool first = !strict_mode() && runner.warned_limit.exchange(limit) != limit;
   if (strict_mode() || first) {
-    refuse(plan, choice,
-           "it needs " + std::to_string(plan.workspace_bytes) +
+    refuse(runner, choice,
+           "it needs " + std::to_string(runner.workspace_bytes) +
                " bytes of workspace, over torch.backends.cudnn.conv_workspace_limit = " +
                std::to_string(limit),
-           alternatives_within_limit(choice, plan.key, limit), first);
+           alternatives_within_limit(choice, runner.key, limit), first);
   }
   return false;
 }
@@ -152,35 +152,35 @@ std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
-// The plan's workspace, or nullopt after the refusal rule when the allocator
+// The runner's workspace, or nullopt after the refusal rule when the allocator
 // cannot supply it: a workspace that does not fit in memory is one more reason a
 // choice cannot run, and PyTorch's own choice (which falls back to algorithms
 // with less workspace) runs instead of ending the user's program.
-std::optional<c10::DataPtr> allocate_or_refuse(const Plan& plan, const Choice& choice) {
+std::optional<c10::DataPtr> allocate_or_refuse(const Runner& runner, const Choice& choice) {
   std::string error;
   try {
-    return allocate_workspace(plan.workspace_bytes);
+    return allocate_workspace(runner.workspace_bytes);
   } catch (const c10::OutOfMemoryError& oom) {
     error = first_line(oom.what_without_backtrace());
   }
-  const bool first = !strict_mode() && !plan.warned_out_of_memory.exchange(true);
+  const bool first = !strict_mode() && !runner.warned_out_of_memory.exchange(true);
   // Choices needing less workspace are the ones that might fit.
-  const int64_t smaller = static_cast<int64_t>(plan.workspace_bytes) - 1;
-  refuse(plan, choice,
-         "its workspace of " + std::to_string(plan.workspace_bytes) +
+  const int64_t smaller = static_cast<int64_t>(runner.workspace_bytes) - 1;
+  refuse(runner, choice,
+         "its workspace of " + std::to_string(runner.workspace_bytes) +
              " bytes could not be allocated (out of memory: " + error + ")",
-         first || strict_mode() ? alternatives_within_limit(choice, plan.key, smaller)
+         first || strict_mode() ? alternatives_within_limit(choice, runner.key, smaller)
                                 : std::vector<std::string>{},
          first);
   return std::nullopt;
 }
 
-// A thread's memo of final select_plan outcomes: the plan to run with the
-// choice it came from, or no plan (the stock path, refusals already reported).
+// A thread's memo of final select_runner outcomes: the runner to run with the
+// choice it came from, or no runner (the stock path, refusals already reported).
 struct Selection {
   std::shared_ptr<const Choice> choice;
-  std::shared_ptr<const Plan> plan;
-  std::shared_ptr<const ConfigChoice> entry;  // the plan entry that chose, if any
+  std::shared_ptr<const Runner> runner;
+  std::shared_ptr<const PlanEntry> entry;  // the plan entry that chose, if any
 };
 
 struct SelectionMemo {
@@ -188,7 +188,7 @@ struct SelectionMemo {
   std::unordered_map<ConvKey, Selection, ConvKeyHash> outcomes;
 };
 
-// Leaked per thread: the memo holds plans, whose cuDNN objects must not be
+// Leaked per thread: the memo holds runners, whose cuDNN objects must not be
 // destroyed by a thread-exit destructor running after cuDNN unloaded.
 SelectionMemo& selection_memo() {
   thread_local SelectionMemo* memo = new SelectionMemo{~uint64_t{0}, {}};
@@ -200,44 +200,44 @@ SelectionMemo& selection_memo() {
   return *memo;
 }
 
-// The plan with its workspace, or empty after the refusal rule when the
+// The runner with its workspace, or empty after the refusal rule when the
 // allocator cannot supply it.
-SelectedPlan with_workspace(const Selection& known) {
-  auto workspace = allocate_or_refuse(*known.plan, *known.choice);
+SelectedRunner with_workspace(const Selection& known) {
+  auto workspace = allocate_or_refuse(*known.runner, *known.choice);
   if (!workspace) {
     return {};
   }
-  return {known.plan, std::move(*workspace), known.entry.get()};
+  return {known.runner, std::move(*workspace), known.entry.get()};
 }
 
-// The pinned (or policy-picked) `choice` on `key`: its plan with its workspace if
+// The pinned (or policy-picked) `choice` on `key`: its runner with its workspace if
 // it may run, else empty after the refusal rule. `*memo` receives the outcome
 // unless it can change on a later call (a workspace that could not be allocated
 // now; a strict-mode refusal raises instead).
-SelectedPlan runnable_plan(const std::shared_ptr<const Choice>& choice_ptr, const ConvKey& key,
+SelectedRunner runnable_runner(const std::shared_ptr<const Choice>& choice_ptr, const ConvKey& key,
                            bool picked_by_policy, Selection* memo) {
   const Choice& choice = *choice_ptr;
-  auto plan = plan_for_choice(choice, key);
-  if (!plan->refusal.empty()) {
-    handle_refusal(*plan, choice);
+  auto runner = runner_for_choice(choice, key);
+  if (!runner->refusal.empty()) {
+    handle_refusal(*runner, choice);
     return {};
   }
-  if (!within_workspace_limit(*plan, choice)) {
+  if (!within_workspace_limit(*runner, choice)) {
     return {};
   }
   memo->choice = choice_ptr;
-  memo->plan = plan;
-  auto workspace = allocate_or_refuse(*plan, choice);
+  memo->runner = runner;
+  auto workspace = allocate_or_refuse(*runner, choice);
   if (!workspace) {
     return {};
   }
-  if (!plan->announced.exchange(true)) {
+  if (!runner->announced.exchange(true)) {
     const char* by = picked_by_policy ? "fastest -> " : choice.origin.empty() ? "" : "plan -> ";
     log_to_python(LogLevel::kInfo, std::string("requested ") + direction_name(key.dir()) +
-                                       " algorithm " + by + plan->choice + " is set | " +
+                                       " algorithm " + by + runner->choice + " is set | " +
                                        describe_conv(key));
   }
-  return {std::move(plan), std::move(*workspace), memo->entry.get()};
+  return {std::move(runner), std::move(*workspace), memo->entry.get()};
 }
 
 }  // namespace
@@ -354,7 +354,7 @@ bool exchange_bypass(bool bypass) {
 }
 
 bool direction_active(Direction direction) {
-  return profile_mode() || config_choices_cover(direction) || config_recording() ||
+  return profile_mode() || plan_covers(direction) || config_recording() ||
          pinned_choice(direction) != nullptr;
 }
 
@@ -363,21 +363,21 @@ void refresh_overrides() {
   invalidate_selections();
 }
 
-std::shared_ptr<const Plan> plan_for_choice(const Choice& choice, ConvKey key) {
-  TORCH_INTERNAL_ASSERT(!choice.fastest, "a policy has no plan of its own");
+std::shared_ptr<const Runner> runner_for_choice(const Choice& choice, ConvKey key) {
+  TORCH_INTERNAL_ASSERT(!choice.fastest, "a policy has no runner of its own");
   bool created = false;
   if (choice.is_engine()) {
     key.algo = kNoChoice;
-    return get_graph_plan(key, choice.engine, &created);
+    return get_graph_runner(key, choice.engine, &created);
   }
   key.algo = choice.legacy_algo;
-  return get_legacy_plan(key, &created);
+  return get_legacy_runner(key, &created);
 }
 
-void SelectedPlan::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
-  TORCH_INTERNAL_ASSERT(plan != nullptr);
-  plan->run(a, b, out, workspace.get());
-  g_run_counts[static_cast<int>(plan->key.dir())].fetch_add(1, std::memory_order_relaxed);
+void SelectedRunner::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const {
+  TORCH_INTERNAL_ASSERT(runner != nullptr);
+  runner->run(a, b, out, workspace.get());
+  g_run_counts[static_cast<int>(runner->key.dir())].fetch_add(1, std::memory_order_relaxed);
   if (entry != nullptr) entry->runs.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -393,7 +393,7 @@ void invalidate_selections() {
   g_selection_epoch.fetch_add(1, std::memory_order_acq_rel);
 }
 
-SelectedPlan select_plan(ConvKey key) {
+SelectedRunner select_runner(ConvKey key) {
   if (bypassed()) {
     return {};
   }
@@ -403,11 +403,11 @@ SelectedPlan select_plan(ConvKey key) {
   SelectionMemo& memo = selection_memo();
   if (const auto it = memo.outcomes.find(key); it != memo.outcomes.end()) {
     const Selection& known = it->second;
-    return known.plan ? with_workspace(known) : SelectedPlan{};
+    return known.runner ? with_workspace(known) : SelectedRunner{};
   }
   // The plan's entry for this configuration wins over the flag; a null entry
   // choice means the stock path.
-  auto entry = config_choice(key);
+  auto entry = plan_entry_for(key);
   const auto pinned = entry ? entry->choice : pinned_choice(key.dir());
   const bool policy = pinned && pinned->fastest;
   std::shared_ptr<const Choice> choice = pinned;
@@ -422,10 +422,10 @@ SelectedPlan select_plan(ConvKey key) {
   }
   Selection outcome;
   outcome.entry = std::move(entry);
-  auto selected = runnable_plan(choice, key, policy, &outcome);
-  // A refusal (already reported) is as final as a runnable plan; a workspace
+  auto selected = runnable_runner(choice, key, policy, &outcome);
+  // A refusal (already reported) is as final as a runnable runner; a workspace
   // the allocator could not supply now is not.
-  if (settled && (selected || !outcome.plan)) memo.outcomes.emplace(key, std::move(outcome));
+  if (settled && (selected || !outcome.runner)) memo.outcomes.emplace(key, std::move(outcome));
   return selected;
 }
 

@@ -19,8 +19,8 @@ namespace torch_cudnn_algo {
 constexpr int kNoChoice = -1;
 
 struct ConvKey;
-struct ConfigChoice;
-struct Plan;
+struct PlanEntry;
+struct Runner;
 
 // One direction's pinned choice: a legacy algorithm, an engine configuration,
 // or the "fastest" policy. Immutable once published.
@@ -95,44 +95,44 @@ bool direction_active(Direction direction);
 // put in force, recording) and forgets every thread's selections.
 void refresh_overrides();
 
-// A plan chosen for one call, with its workspace already allocated (exactly the
+// A runner chosen for one call, with its workspace already allocated (exactly the
 // bytes cuDNN reported): nothing can fail for lack of memory once it runs.
 // Empty (false) means the stock path runs.
-struct SelectedPlan {
-  std::shared_ptr<const Plan> plan;
+struct SelectedRunner {
+  std::shared_ptr<const Runner> runner;
   c10::DataPtr workspace;
-  const ConfigChoice* entry = nullptr;  // the plan entry it runs for, counted per run
+  const PlanEntry* entry = nullptr;  // the plan entry it runs for, counted per run
 
-  explicit operator bool() const { return plan != nullptr; }
-  // Runs the plan (see Plan::run) and counts the call in pinned_run_counts().
+  explicit operator bool() const { return runner != nullptr; }
+  // Runs the runner (see Runner::run) and counts the call in pinned_run_counts().
   void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) const;
 };
 
-// The plan to run for `key`'s problem in key.dir(), or an empty SelectedPlan for
+// The runner to run for `key`'s problem in key.dir(), or an empty SelectedRunner for
 // the stock path. The plan in use's entry for the configuration wins over the
 // direction's flag. Applies the contract on the way: profiles a new configuration
 // when conv_profile or the "fastest" policy asks for it (never during CUDA graph
-// capture); the first run of a pinned plan logs "requested <dir> algorithm
+// capture); the first run of a pinned runner logs "requested <dir> algorithm
 // <choice> is set"; a refusal (unsupported, a determinism/TF32 rule, over the
 // workspace limit, a workspace the allocator cannot supply) raises (strict, with
 // the parameters and a Python repro) or warns once per configuration, and the
 // caller then runs the stock path. Each thread memoizes the outcome per
 // configuration once it is final, so later calls cost one hash lookup: no lock,
 // no re-selection, no allocation but the workspace.
-SelectedPlan select_plan(ConvKey key);
+SelectedRunner select_runner(ConvKey key);
 
-// Forgets every thread's memo of select_plan's outcomes (see select_plan): called
+// Forgets every thread's memo of select_runner's outcomes (see select_runner): called
 // by every change that can alter one (choices, strict, limit, profile mode,
-// decisions and plan caches cleared).
+// decisions and runner caches cleared).
 void invalidate_selections();
 
-// Per direction, how many calls ran a pinned or policy-picked plan through the
+// Per direction, how many calls ran a pinned or policy-picked runner through the
 // overrides since the process started: what tests use to tell "our algorithm
 // ran" from "PyTorch never sent this convolution to cuDNN".
 std::array<int64_t, kNumDirections> pinned_run_counts();
 
-// The plan running `choice` on `key`'s problem with no rule applied (refused
-// plans included): what the profiler times. Must run with key.device current.
-std::shared_ptr<const Plan> plan_for_choice(const Choice& choice, ConvKey key);
+// The runner running `choice` on `key`'s problem with no rule applied (refused
+// runners included): what the profiler times. Must run with key.device current.
+std::shared_ptr<const Runner> runner_for_choice(const Choice& choice, ConvKey key);
 
 }  // namespace torch_cudnn_algo

@@ -1,4 +1,4 @@
-#include "config_choices.h"
+#include "plan.h"
 
 #include <array>
 #include <mutex>
@@ -10,7 +10,7 @@ namespace torch_cudnn_algo {
 namespace {
 
 // The key a plan entry matches on: the call's key without device, settings or
-// algorithm (see config_choices.h).
+// algorithm (see plan.h).
 ConvKey entry_key(ConvKey key) {
   key.device = 0;
   key.deterministic = false;
@@ -19,25 +19,25 @@ ConvKey entry_key(ConvKey key) {
   return key;
 }
 
-struct ConfigChoices {
-  std::unordered_map<ConvKey, std::shared_ptr<const ConfigChoice>, ConvKeyHash> by_key;
+struct PlanEntries {
+  std::unordered_map<ConvKey, std::shared_ptr<const PlanEntry>, ConvKeyHash> by_key;
   std::vector<ConvKey> order;  // staging order, for listing
 };
 
-// Read with std::atomic_load: a published ConfigChoices is immutable.
-std::shared_ptr<const ConfigChoices> g_in_force;
+// Read with std::atomic_load: a published PlanEntries is immutable.
+std::shared_ptr<const PlanEntries> g_in_force;
 std::array<std::atomic<bool>, kNumDirections> g_covers{};
 std::atomic<uint64_t> g_generation{0};
 // Staging runs under the GIL, but nothing here relies on that.
 std::mutex g_stage_mutex;
-ConfigChoices g_staged;
+PlanEntries g_staged;
 
 std::atomic<bool> g_recording{false};
 std::mutex g_record_mutex;
 std::unordered_set<ConvKey, ConvKeyHash> g_recorded_keys;
 std::vector<std::string> g_recorded;
 
-void publish(std::shared_ptr<const ConfigChoices> choices) {
+void publish(std::shared_ptr<const PlanEntries> choices) {
   std::array<bool, kNumDirections> covers{};
   if (choices) {
     for (const auto& key : choices->order) covers[static_cast<int>(key.dir())] = true;
@@ -49,9 +49,9 @@ void publish(std::shared_ptr<const ConfigChoices> choices) {
 
 }  // namespace
 
-void stage_config_choice(const ConvKey& key, const std::string& value, const std::string& label,
-                         std::shared_ptr<const PlanBlob> blob) {
-  auto entry = std::make_shared<ConfigChoice>();
+void stage_plan_entry(const ConvKey& key, const std::string& value, const std::string& label,
+                         std::shared_ptr<const SerializedExecutionPlan> blob) {
+  auto entry = std::make_shared<PlanEntry>();
   entry->label = label;
   if (!value.empty()) {
     auto choice = std::make_shared<Choice>(*choice_from_flag_value(value));  // validates names
@@ -63,8 +63,8 @@ void stage_config_choice(const ConvKey& key, const std::string& value, const std
     TORCH_CHECK_VALUE(entry->choice && entry->choice->is_engine(), "torch_cudnn_algo: the plan entry '",
                       label, "' carries a built execution plan but its choice is no engine "
                       "configuration");
-    check_plan_blob(*blob);
-    entry->blob = std::move(blob);
+    check_serialized_execution_plan(*blob);
+    entry->execution_plan = std::move(blob);
   }
   const ConvKey normalized = entry_key(key);
   std::lock_guard<std::mutex> lock(g_stage_mutex);
@@ -73,12 +73,12 @@ void stage_config_choice(const ConvKey& key, const std::string& value, const std
   }
 }
 
-void commit_config_choices() {
-  std::shared_ptr<const ConfigChoices> staged;
+void commit_plan() {
+  std::shared_ptr<const PlanEntries> staged;
   {
     std::lock_guard<std::mutex> lock(g_stage_mutex);
-    if (!g_staged.order.empty()) staged = std::make_shared<const ConfigChoices>(std::move(g_staged));
-    g_staged = ConfigChoices{};
+    if (!g_staged.order.empty()) staged = std::make_shared<const PlanEntries>(std::move(g_staged));
+    g_staged = PlanEntries{};
   }
   auto previous = std::atomic_load(&g_in_force);
   publish(staged);
@@ -91,28 +91,28 @@ void commit_config_choices() {
   }
 }
 
-void discard_staged_config_choices() {
+void discard_staged_plan() {
   std::lock_guard<std::mutex> lock(g_stage_mutex);
-  g_staged = ConfigChoices{};
+  g_staged = PlanEntries{};
 }
 
-std::shared_ptr<const ConfigChoice> config_choice(const ConvKey& key) {
+std::shared_ptr<const PlanEntry> plan_entry_for(const ConvKey& key) {
   const auto choices = std::atomic_load(&g_in_force);
   if (!choices) return nullptr;
   const auto it = choices->by_key.find(entry_key(key));
   return it == choices->by_key.end() ? nullptr : it->second;
 }
 
-bool config_choices_cover(Direction direction) {
+bool plan_covers(Direction direction) {
   return g_covers[static_cast<int>(direction)].load(std::memory_order_relaxed);
 }
 
-uint64_t config_choices_generation() {
+uint64_t plan_generation() {
   return g_generation.load();
 }
 
-std::vector<std::shared_ptr<const ConfigChoice>> config_choices_in_force() {
-  std::vector<std::shared_ptr<const ConfigChoice>> entries;
+std::vector<std::shared_ptr<const PlanEntry>> plan_entries_in_force() {
+  std::vector<std::shared_ptr<const PlanEntry>> entries;
   if (const auto choices = std::atomic_load(&g_in_force)) {
     for (const auto& key : choices->order) entries.push_back(choices->by_key.at(key));
   }

@@ -1,6 +1,6 @@
-#include "plan_blobs.h"
+#include "serialized_execution_plan.h"
 
-#include "config_choices.h"
+#include "plan.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <cudnn_frontend/thirdparty/nlohmann/json.hpp>
@@ -19,7 +19,7 @@ std::atomic<int64_t> g_deserialize_us{0};
 
 }  // namespace
 
-void check_plan_blob(const PlanBlob& blob) {
+void check_serialized_execution_plan(const SerializedExecutionPlan& blob) {
   // from_ubjson without exceptions: garbage gives a "discarded" value.
   const auto parsed = nlohmann::json::from_ubjson(blob.data, /*strict=*/true,
                                                   /*allow_exceptions=*/false);
@@ -39,39 +39,39 @@ void check_plan_blob(const PlanBlob& blob) {
                     "' carries a corrupt built execution plan: ", problem);
 }
 
-std::shared_ptr<const PlanBlob> plan_blob_for(const ConvKey& key, const std::string& engine) {
-  const auto entry = config_choice(key);
-  if (!entry || !entry->blob || !entry->choice || entry->choice->engine != engine) return nullptr;
-  return entry->blob;
+std::shared_ptr<const SerializedExecutionPlan> serialized_execution_plan_for(const ConvKey& key, const std::string& engine) {
+  const auto entry = plan_entry_for(key);
+  if (!entry || !entry->execution_plan || !entry->choice || entry->choice->engine != engine) return nullptr;
+  return entry->execution_plan;
 }
 
 std::string gpu_model_name(int device) {
   return at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device))->name;
 }
 
-void count_plan_built(int64_t us) {
+void count_execution_plan_built(int64_t us) {
   g_built.fetch_add(1, std::memory_order_relaxed);
   g_build_us.fetch_add(us, std::memory_order_relaxed);
 }
 
-void count_plan_built_by_heuristics() {
+void count_execution_plan_built_by_heuristics() {
   g_built_by_heuristics.fetch_add(1, std::memory_order_relaxed);
 }
 
-void add_plan_deserialize_us(int64_t us) {
+void add_execution_plan_deserialize_us(int64_t us) {
   g_deserialize_us.fetch_add(us, std::memory_order_relaxed);
 }
 
-void count_plan_deserialized(bool prefetched) {
+void count_execution_plan_deserialized(bool prefetched) {
   g_deserialized.fetch_add(1, std::memory_order_relaxed);
   if (prefetched) g_prefetched.fetch_add(1, std::memory_order_relaxed);
 }
 
-void count_plan_deserialize_failed() {
+void count_execution_plan_deserialize_failed() {
   g_deserialize_failed.fetch_add(1, std::memory_order_relaxed);
 }
 
-PlanBuildCounts plan_build_counts() {
+ExecutionPlanCounts execution_plan_counts() {
   return {g_built.load(std::memory_order_relaxed),      g_built_by_heuristics.load(std::memory_order_relaxed),
           g_deserialized.load(std::memory_order_relaxed), g_prefetched.load(std::memory_order_relaxed),
           g_deserialize_failed.load(std::memory_order_relaxed), g_build_us.load(std::memory_order_relaxed),

@@ -1,9 +1,9 @@
 // A process-wide, thread-safe map from a configuration key to its immutable
-// plan. Plans are built outside the lock (cuDNN queries must not serialize
+// runner. Runners are built outside the lock (cuDNN queries must not serialize
 // unrelated threads); if two threads race, the first insert wins.
 #pragma once
 
-#include "plan.h"
+#include "runner.h"
 
 #include <memory>
 #include <mutex>
@@ -11,51 +11,51 @@
 
 namespace torch_cudnn_algo {
 
-// Instances are heap-allocated and never destroyed: plans own cuDNN objects,
+// Instances are heap-allocated and never destroyed: runners own cuDNN objects,
 // and destroying those from a static destructor can run after cuDNN unloaded.
 template <typename Key, typename Hash>
-class PlanCache {
+class RunnerCache {
  public:
-  // The plan for `key`, built by `build` on first use; `*created` is true for
+  // The runner for `key`, built by `build` on first use; `*created` is true for
   // exactly one caller per key (the one that should announce it).
   template <typename Build>
-  std::shared_ptr<const Plan> get(const Key& key, bool* created, Build&& build) {
+  std::shared_ptr<const Runner> get(const Key& key, bool* created, Build&& build) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      const auto it = plans_.find(key);
-      if (it != plans_.end()) {
+      const auto it = runners_.find(key);
+      if (it != runners_.end()) {
         *created = false;
         return it->second;
       }
     }
-    std::shared_ptr<const Plan> plan = build();
+    std::shared_ptr<const Runner> runner = build();
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto [it, inserted] = plans_.emplace(key, std::move(plan));
+    const auto [it, inserted] = runners_.emplace(key, std::move(runner));
     *created = inserted;
     return it->second;
   }
 
   void clear() {
     std::lock_guard<std::mutex> lock(mutex_);
-    plans_.clear();
+    runners_.clear();
   }
 
   size_t size() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return plans_.size();
+    return runners_.size();
   }
 
-  // Calls visit(key, plan) for every plan, under the lock: `visit` must not
+  // Calls visit(key, runner) for every runner, under the lock: `visit` must not
   // reach back into the cache.
   template <typename Visit>
   void for_each(Visit&& visit) {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [key, plan] : plans_) visit(key, *plan);
+    for (const auto& [key, runner] : runners_) visit(key, *runner);
   }
 
  private:
   std::mutex mutex_;
-  std::unordered_map<Key, std::shared_ptr<const Plan>, Hash> plans_;
+  std::unordered_map<Key, std::shared_ptr<const Runner>, Hash> runners_;
 };
 
 }  // namespace torch_cudnn_algo

@@ -1,6 +1,6 @@
-#include "compiled_plan_cache.h"
+#include "execution_plan_cache.h"
 
-#include "plan_blobs.h"
+#include "serialized_execution_plan.h"
 
 #include <cudnn.h>
 #include <cudnn_frontend_version.h>
@@ -79,7 +79,7 @@ std::optional<std::vector<uint8_t>> blob_of_file(const std::string& data, const 
 
 }  // namespace
 
-std::string compiled_plan_cache_dir() {
+std::string execution_plan_cache_dir() {
   if (const char* set = std::getenv("TORCH_CUDNN_ALGO_COMPILE_CACHE")) {
     const std::string dir = set;
     return dir == "0" ? std::string() : dir;
@@ -91,8 +91,8 @@ std::string compiled_plan_cache_dir() {
   return {};
 }
 
-std::optional<std::vector<uint8_t>> load_compiled_plan(const ConvKey& key, const std::string& engine) {
-  const std::string dir = compiled_plan_cache_dir();
+std::optional<std::vector<uint8_t>> load_cached_execution_plan(const ConvKey& key, const std::string& engine) {
+  const std::string dir = execution_plan_cache_dir();
   if (dir.empty()) return std::nullopt;
   const std::string text = key_text(key, engine);
   std::ifstream file(file_for(dir, text), std::ios::binary);
@@ -103,8 +103,8 @@ std::optional<std::vector<uint8_t>> load_compiled_plan(const ConvKey& key, const
   return blob;
 }
 
-void save_compiled_plan(const ConvKey& key, const std::string& engine, const std::vector<uint8_t>& blob) {
-  const std::string dir = compiled_plan_cache_dir();
+void save_cached_execution_plan(const ConvKey& key, const std::string& engine, const std::vector<uint8_t>& blob) {
+  const std::string dir = execution_plan_cache_dir();
   if (dir.empty() || blob.empty() || blob.size() > kMaxBlobBytes) return;
   static std::atomic<uint64_t> serial{0};
   const std::string text = key_text(key, engine);
@@ -134,15 +134,15 @@ void save_compiled_plan(const ConvKey& key, const std::string& engine, const std
   (ok ? g_saved : g_save_failed).fetch_add(1, std::memory_order_relaxed);
 }
 
-void count_compiled_plan_rejected() {
+void count_cached_execution_plan_rejected() {
   g_rejected.fetch_add(1, std::memory_order_relaxed);
 }
 
-void count_compiled_plan_loaded() {
+void count_cached_execution_plan_loaded() {
   g_loaded.fetch_add(1, std::memory_order_relaxed);
 }
 
-CompiledPlanCacheCounts compiled_plan_cache_counts() {
+ExecutionPlanCacheCounts execution_plan_cache_counts() {
   return {g_loaded.load(std::memory_order_relaxed), g_saved.load(std::memory_order_relaxed),
           g_rejected.load(std::memory_order_relaxed), g_save_failed.load(std::memory_order_relaxed)};
 }
