@@ -1,6 +1,6 @@
 """Shared pytest setup: the ``gpu`` marker skips cleanly where CUDA/cuDNN is absent,
 every test starts and ends with every flag back at its default, and each test
-has an empty compiled plan cache of its own (csrc/compiled_plan_cache.h), so
+has an empty compiled plan cache of its own (csrc/store/execution_plan_cache.h), so
 that no test loads what an earlier one compiled."""
 
 from __future__ import annotations

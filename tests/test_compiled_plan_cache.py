@@ -1,4 +1,4 @@
-"""CPU: where the compiled plan cache lives (csrc/compiled_plan_cache.h) and
+"""CPU: where the compiled plan cache lives (csrc/store/execution_plan_cache.h) and
 how it is turned off. Plans saved and loaded on the GPU:
 tests/test_fastest_tuner_gpu.py."""
 

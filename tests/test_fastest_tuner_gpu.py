@@ -346,7 +346,7 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
 
 
 def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatch, tmp_path):
-    # What a later process tuning the same layer finds (csrc/compiled_plan_cache.h):
+    # What a later process tuning the same layer finds (csrc/store/execution_plan_cache.h):
     # the plans compiled here, loaded instead of compiled; stock's configuration,
     # loaded, still gives stock's bits; a corrupt file is ignored and rebuilt.
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path))

@@ -3,7 +3,7 @@
 NVRTC compiles one kernel at a time per process, so a network whose tuning
 builds dozens of runtime-compiled plans (depthwise convolutions) waits on that
 chain; workers compile beside this process and send the plans back serialised
-(``csrc/compile_workers.h``). A worker loads torch's libraries and the
+(``csrc/run/compile_workers.h``). A worker loads torch's libraries and the
 extension without importing torch, nor ``site`` (its ``.pth`` files took ~0.2 s
 of a worker's start on the H100 host), and starts only when the first
 runtime-compiled build asks for one.
