@@ -39,7 +39,7 @@ constexpr uint32_t kRequest = 0x51414354;  // "TCAQ"
 static_assert(std::is_trivially_copyable_v<ConvKey>, "ConvKey is sent as bytes");
 
 // A worker that has not answered in this long is taken for hung and killed
-// (the slowest compile seen on the H100 took ~2 s).
+// (far beyond the slowest compile).
 constexpr int kAnswerTimeoutMs = 120'000;
 constexpr int kReadyTimeoutMs = 120'000;
 
@@ -139,8 +139,8 @@ class CompilePool {
       if (worker->from >= 0) ::close(worker->from);
       pids.push_back(worker->pid);
     }
-    // A worker's exit (its CUDA context torn down) took ~0.5 s on the H100:
-    // tune() returns without waiting for it.
+    // A worker's exit (its CUDA context torn down) is slow: tune() returns
+    // without waiting for it.
     if (!pids.empty()) std::thread(reap, std::move(pids)).detach();
   }
 

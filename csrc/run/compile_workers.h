@@ -1,17 +1,17 @@
 // Runtime compilation in worker processes, for tune().
 //
-// Building a runtime-compiled engine's execution plan compiles its kernel with NVRTC,
-// which holds a process-wide lock while it compiles: on the H100 the 29
-// compiles of mobilenet_v3_large's tune() ran one after another whatever the
-// thread count (~7 s), while two processes compiling at once each took as long
-// as one alone. So while tune() runs, such builds are shared between this
-// process (one at a time) and worker processes that build the execution plan and send
-// back its serialised form, which this process loads in milliseconds.
+// Building a runtime-compiled engine's execution plan compiles its kernel with
+// NVRTC, which holds a process-wide lock while it compiles: a process's
+// compiles run one after another whatever the thread count, while two
+// processes compiling at once each take as long as one alone. So while tune()
+// runs, such builds are shared between this process (one at a time) and worker
+// processes that build the execution plan and send back its serialized form,
+// which this process loads in milliseconds.
 //
 // A worker is a Python interpreter (without `site`) that loads torch's
 // libraries and this extension's library without importing torch, then runs
-// torch_cudnn_algo_compile_worker: ready in 0.6-0.9 s on the H100 host
-// (three at once), against 4-5 s for `import torch`. Workers are
+// torch_cudnn_algo_compile_worker: ready in a fraction of the time
+// `import torch` takes. Workers are
 // started on the first runtime-compiled build that wants one, so a network
 // without such engines starts none; each holds a CUDA context on its device
 // until tune() ends. A worker that fails to start, dies or errs costs nothing

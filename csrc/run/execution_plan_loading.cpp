@@ -80,22 +80,19 @@ std::optional<LoadedGraph> load_serialized_execution_plan_ahead(const Serialized
 
 using PrefetchQueue = WorkQueue<SerializedPlanOnDevice, LoadedGraph, SerializedPlanOnDeviceHash>;
 
-// Loading a plan's execution plans ahead of their first calls. Loading one
-// from its blob costs milliseconds of host time (cuDNN reloads the engine and
-// its kernels: 15 ms a plan on conv_tasnet's runtime-compiled engines, H100),
-// and a first training step with a plan did all of them one after the other on
-// the training thread. So the first call on a device that needs a blob hands
-// every other blob the plan in force carries for that device's GPU model to
-// worker threads, which load them while the step goes on; a call whose blob is
-// still queued takes it back and loads it itself, one whose blob a worker is
-// loading waits for it. Only the deserialisation is done ahead: the caller
-// still checks the result against its own configuration and settings.
+// The prefetch pool: a plan's execution plans loaded ahead of their first
+// calls. Loading one from its serialized form costs milliseconds of host time
+// (cuDNN reloads the engine and its kernels), and a first training step would
+// do all of them one after the other on the training thread. So the first
+// call on a device that needs one hands every other serialized execution plan
+// the plan in force carries for that device's GPU model to worker threads,
+// which load them while the step goes on; a call whose one is still queued
+// takes it back and loads it itself, one whose one a worker is loading waits
+// for it. Only the deserialization is done ahead: the caller still checks the
+// result against its own configuration and settings.
 //
-// TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS workers, 0 for none, by default 2.
-// Loads contend inside cuDNN: on the H100 a blob took 15 ms alone and 70 ms
-// beside 7 others, and 1, 2, 4 or 8 workers gave the same first steps within
-// noise (conv_tasnet 0.36-0.42 s, resnet50_amp 0.46-0.55 s, mobilenet_v3_large
-// 0.51-0.76 s; none: 0.58, 0.72, 1.45 s), 2 the steadiest.
+// TORCH_CUDNN_ALGO_PLAN_PREFETCH_THREADS workers, 0 for none, by default 2:
+// loads contend inside cuDNN, so more workers do not load faster.
 class PrefetchPool {
  public:
   // Queues, for `device`, the blobs of the plan in force made on `gpu`

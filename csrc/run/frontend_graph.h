@@ -36,8 +36,8 @@ class ConvGraph : public fe::graph::Graph {
   // KBLOCK k5, LDGA k6, LDGC k22...), so Graph::create_execution_plan refuses
   // every configuration of those engines, and building one by name fell back
   // to a full heuristics query: heuristics mode B, which the frontend
-  // serialises process-wide, at ~30 ms a build on the H100 (RegNetY's grouped
-  // layers: 7 of 8 build threads waiting on that lock).
+  // serialises process-wide and which is slow (parallel builds then wait on
+  // that lock).
   fe::error_t create_execution_plan_with_backend_knobs(int64_t engine_id,
                                                       const std::vector<std::pair<int64_t, int64_t>>& knobs);
   // How many knobs cuDNN reports for `engine_id` on this graph (deprecated

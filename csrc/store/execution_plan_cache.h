@@ -1,12 +1,11 @@
 // The execution plan cache: runtime-compiled execution plans kept on disk
 // between processes.
 //
-// Building a runtime-compiled engine's plan (depthwise convolutions) compiles
-// its kernel with NVRTC: 0.2-0.6 s each on the H100, in every process anew.
-// The CUDA driver's JIT cache spares stock PyTorch part of that on a later
-// run (ConvTasNet's benchmark=True search: 4.0 s on an empty cache, 2.2 s on a
-// warm one) but spared the tuner nothing. So a runtime-compiled execution plan the
-// tuner builds is also saved, serialised, in a directory; a later process
+// Building a runtime-compiled engine's execution plan (depthwise convolutions)
+// compiles its kernel with NVRTC, a fraction of a second each, in every process
+// anew. The CUDA driver's JIT cache spares stock PyTorch part of that on a
+// later run but spares the tuner nothing. So a runtime-compiled execution plan
+// the tuner builds is also saved, serialized, in a directory; a later process
 // tuning the same configuration loads it in milliseconds instead of
 // compiling. A file is keyed by everything that makes the plan: the
 // convolution's configuration, the engine configuration, the GPU model, and
