@@ -328,7 +328,7 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_HERE", "0")
     torch_cudnn_algo.clear_cache()
     conv, x, stock = depthwise_layer(kernel, seed=kernel)
-    ops = torch_cudnn_algo._extension.ops()
+    ops = torch_cudnn_algo._ops
     before = dict(ops.compile_worker_counts())
     plan = torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False)
     after = dict(ops.compile_worker_counts())
@@ -352,7 +352,7 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_WORKERS", "0")  # every compile here
     conv, x, stock = depthwise_layer(3, seed=7)
-    ops = torch_cudnn_algo._extension.ops()
+    ops = torch_cudnn_algo._ops
 
     def tune_afresh() -> tuple[dict, dict]:
         torch_cudnn_algo.clear_cache()  # this process forgets its plans, as a new one has none

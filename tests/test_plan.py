@@ -38,8 +38,7 @@ def sample_plan() -> Plan:
 
 
 def in_force() -> dict[str, str]:
-    labels, choices, _runs = torch_cudnn_algo._extension.ops().plan_choices_in_force()
-    return dict(zip(labels, choices))
+    return {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_choices_in_force()}
 
 
 def write(path: Path, data: object) -> Path:
@@ -202,8 +201,8 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 PROBE = """
     import torch, torch_cudnn_algo
     plan = torch_cudnn_algo.current_plan()
-    labels, choices, runs = torch_cudnn_algo._extension.ops().plan_choices_in_force()
-    print(None if plan is None else (plan.source, len(plan)), dict(zip(labels, choices)))
+    in_force = {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_choices_in_force()}
+    print(None if plan is None else (plan.source, len(plan)), in_force)
 """
 
 

@@ -14,7 +14,7 @@ import torch
 
 import torch_cudnn_algo
 from conv_cases import ConvForm, reference, reference_grads, relative_error
-from torch_cudnn_algo import _profile
+from torch_cudnn_algo import _ops, _profile
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 pytestmark = pytest.mark.gpu
@@ -133,7 +133,7 @@ def test_fastest_policy_matches_reference_and_logs_its_pick(direction, caplog):
         again = run_direction(direction, x, w, grad)
     assert relative_error(out, expected) < 1e-2
     assert relative_error(again, expected) < 1e-2
-    assert torch.ops.torch_cudnn_algo.profile_decision_count() == 1
+    assert _ops.profile_decision_count() == 1
     picks = [r.getMessage() for r in caplog.records if f"requested {direction} algorithm fastest -> " in r.getMessage()]
     assert len(picks) == 1, [r.getMessage() for r in caplog.records]
 
@@ -216,12 +216,12 @@ def test_no_profiling_during_cuda_graph_capture():
         with torch.cuda.graph(graph, stream=stream):
             captured = torch.nn.functional.conv2d(x, w, **CONV)
     torch.cuda.current_stream().wait_stream(stream)
-    assert torch.ops.torch_cudnn_algo.profile_decision_count() == 0  # stock path during capture
+    assert _ops.profile_decision_count() == 0  # stock path during capture
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, expected)
     torch.nn.functional.conv2d(x, w, **CONV)  # outside capture: profiled now
-    assert torch.ops.torch_cudnn_algo.profile_decision_count() == 1
+    assert _ops.profile_decision_count() == 1
     with pytest.raises(RuntimeError, match="during CUDA graph capture"):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
             torch_cudnn_algo.profile("fwd", x, w, **CONV)

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import _extension
+from . import _ops
 
 __all__ = ["DEFAULT_WORKERS", "ENV_VAR", "running", "worker_command", "worker_count"]
 
@@ -73,9 +73,8 @@ def running(enabled: bool = True) -> Iterator[None]:
     if count == 0 or not sys.executable:
         yield
         return
-    ops = _extension.ops()
-    ops.enable_compile_workers(worker_command(), count)
+    _ops.enable_compile_workers(worker_command(), count)
     try:
         yield
     finally:
-        ops.disable_compile_workers()
+        _ops.disable_compile_workers()

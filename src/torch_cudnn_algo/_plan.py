@@ -41,7 +41,7 @@ from types import TracebackType
 
 import torch
 
-from . import _extension, _flags
+from . import _extension, _flags, _ops
 from ._algorithms import DIRECTIONS
 from ._build import cudnn_version_string
 from ._conv_spec import ConvLike, ConvSpec
@@ -171,9 +171,8 @@ def _build_environment() -> tuple[str | None, int | None, int | None]:
     no extension)."""
     if not _extension.is_loaded():
         return None, None, None
-    ops = _extension.ops()
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return gpu, int(ops.cudnn_runtime_version()), int(ops.cudnn_frontend_version())
+    return gpu, _ops.cudnn_runtime_version(), _ops.cudnn_frontend_version()
 
 
 @dataclass
@@ -399,23 +398,21 @@ def _loadable_execution_plans(plan: Plan, warn: bool) -> dict[ConvSpec, Serializ
 def _apply(plan: Plan | None, warn: bool = True) -> None:
     """Puts `plan` in force in the extension, all entries or none."""
     global _in_force
-    ops = _extension.ops()
-    ops.discard_plan_choices()
+    _ops.discard_plan_choices()
     try:
         loadable = _loadable_execution_plans(plan, warn) if plan is not None else {}
         for conv, entry in (plan.entries.items() if plan is not None else ()):
             choice = "" if entry.choice is None else str(entry.choice)
             built = loadable.get(conv)
             if built is None:
-                ops.stage_plan_choice(conv.direction, *conv.op_args(), choice, str(conv))
+                _ops.stage_plan_choice(conv, choice, str(conv))
             else:
-                blob = torch.frombuffer(bytearray(built.data), dtype=torch.uint8)
-                ops.stage_plan_choice(conv.direction, *conv.op_args(), choice, str(conv), blob, built.gpu)
+                _ops.stage_plan_choice(conv, choice, str(conv), built.data, built.gpu)
     except Exception as exc:
-        ops.discard_plan_choices()
+        _ops.discard_plan_choices()
         where = plan.source if plan is not None and plan.source else "the plan"
         raise PlanError(f"{where}: cannot be used: {exc}") from None
-    ops.commit_plan_choices()
+    _ops.commit_plan_choices()
     _in_force = plan
 
 
@@ -449,8 +446,7 @@ def plan_run_counts() -> dict[str, int]:
     """Per configuration of the plan in use (its string form), how many calls
     ran its choice since the plan was put in use: what tells "the planned
     algorithm ran" from "it was refused" (warning) or "never met"."""
-    labels, _choices, runs = _extension.ops().plan_choices_in_force()
-    return dict(zip(labels, runs))
+    return {entry.label: entry.runs for entry in _ops.plan_choices_in_force()}
 
 
 def plan_build_counts() -> dict[str, int]:
@@ -464,7 +460,7 @@ def plan_build_counts() -> dict[str, int]:
     on a device starts), and could not rebuild from one (``"deserialize_failed"``: then built); ``"build_us"`` and
     ``"deserialize_us"``: the microseconds those builds and rebuilds (failed
     attempts included) took, added up over threads."""
-    return dict(_extension.ops().plan_build_counts())
+    return _ops.plan_build_counts()
 
 
 def apply_environment() -> None:

@@ -66,9 +66,7 @@ def step(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def graph_plans() -> list[dict]:
-    names = ("direction", "conv", "engine", "choice", "refusal", "workspace", "deserialized")
-    columns = torch_cudnn_algo._extension.ops().graph_plans()
-    return [dict(zip(names, row)) for row in zip(*columns)]
+    return [summary._asdict() for summary in torch_cudnn_algo._ops.graph_plans()]
 
 
 def main(argv: list[str]) -> dict:

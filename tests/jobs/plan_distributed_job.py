@@ -60,9 +60,10 @@ def main(out_dir: Path) -> int:
         losses.append(loss.item())  # synchronizes
         step_seconds.append(time.perf_counter() - started)
     torch.cuda.synchronize()
-    labels, choices, runs = torch_cudnn_algo._extension.ops().plan_choices_in_force()
+    in_force = torch_cudnn_algo._ops.plan_choices_in_force()
     mine = {"rank": rank, "gpu": torch.cuda.get_device_name(), "device": local_rank,
-            "choices": dict(zip(labels, choices)), "runs": dict(zip(labels, runs)), "losses": losses,
+            "choices": {e.label: e.choice for e in in_force}, "runs": {e.label: e.runs for e in in_force},
+            "losses": losses,
             "first_step_s": step_seconds[0], "plan_build_counts": torch_cudnn_algo.plan_build_counts(),
             "with_execution_plan": sum(1 for e in plan.entries.values() if e.execution_plan is not None)}
     everyone: list[dict] = [None] * world  # type: ignore[list-item]
