@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import Plan, _benchmark_child, cli
+from torch_cudnn_algo import Plan, _benchmark_child, _workload, cli
 
 CONV = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"
 NO_GPU = not torch.cuda.is_available()
@@ -128,11 +128,11 @@ def test_model_callable_errors_are_clear(tmp_path: Path, monkeypatch: pytest.Mon
     (tmp_path / "user_models.py").write_text("def make():\n    return 3\nvalue = 5\n")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="module:callable"):
-        cli._user_model("user_models")
+        _workload._user_model("user_models")
     with pytest.raises(ValueError, match="is not callable"):
-        cli._user_model("user_models:value")
+        _workload._user_model("user_models:value")
     with pytest.raises(ValueError, match=r"must return \(model, example_inputs\)"):
-        cli._user_model("user_models:make")
+        _workload._user_model("user_models:make")
 
 
 def test_default_outputs_are_ignored_in_a_checkout(tmp_path: Path) -> None:

@@ -149,15 +149,15 @@ def _pinned() -> list[str]:
 def measure(args: argparse.Namespace) -> dict:
     import torch
 
-    from . import _step_timing, cli
+    from . import _step_timing, _workload
 
     if not torch.cuda.is_available():
         raise RuntimeError("needs a CUDA GPU, and torch.cuda.is_available() is False here")
     pinned = _pinned()
     if pinned:
         raise RuntimeError(f"not stock PyTorch: {'; '.join(pinned)}")
-    model, inputs = cli.build_workload(args)
-    amp = cli.AMP_DTYPES[args.amp]
+    model, inputs = _workload.build_workload(args)
+    amp = _workload.AMP_DTYPES[args.amp]
 
     def step() -> None:
         _step_timing.training_step(model, inputs, amp)
@@ -176,12 +176,12 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import cli
+    from . import _workload
 
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
                                      description="Stock cudnn.benchmark=True for torch-cudnn-algo tune, "
                                                  "in a fresh process (prints one JSON result line).")
-    cli.workload_arguments(parser)
+    _workload.workload_arguments(parser)
     return parser
 
 
