@@ -163,11 +163,11 @@ def test_configurations_with_knobs_the_frontend_cannot_name_build_without_a_heur
         return {"fwd": out, "bwd_data": dx, "bwd_filter": dw}
 
     stock = step()
-    before = torch_cudnn_algo.plan_build_counts()
+    before = torch_cudnn_algo.execution_plan_counts()
     with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_bwd_data_algo="fastest",
                                 conv_bwd_filter_algo="fastest"):
         step()
-    after = torch_cudnn_algo.plan_build_counts()
+    after = torch_cudnn_algo.execution_plan_counts()
     log = torch_cudnn_algo.tuning_log()
     assert sorted(entry["direction"] for entry in log) == sorted(DIRECTIONS), log
 
@@ -340,9 +340,9 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
     assert after["failed_builds"] == before["failed_builds"], (before, after)
     assert after["builds"] - before["builds"] >= len(compiled), (compiled, before, after)
     assert all(planned.execution_plan is not None for planned in plan.entries.values()), plan
-    built = torch_cudnn_algo.plan_build_counts()["built"]
+    built = torch_cudnn_algo.execution_plan_counts()["built"]
     assert_stocks_bits_and_close(conv, x, stock, entry["stock_config"], compiled)  # as the worker built them
-    assert torch_cudnn_algo.plan_build_counts()["built"] == built  # the workers' plans ran, none rebuilt here
+    assert torch_cudnn_algo.execution_plan_counts()["built"] == built  # the workers' plans ran, none rebuilt here
 
 
 def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatch, tmp_path):
@@ -370,10 +370,10 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
     assert first["saved"] >= len(compiled) and len(files) >= len(compiled), (first, files)
     assert first["loaded"] == 0 and first["rejected"] == 0 and first["save_failed"] == 0, first
 
-    built = torch_cudnn_algo.plan_build_counts()["built"]
+    built = torch_cudnn_algo.execution_plan_counts()["built"]
     entry, second = tune_afresh()
     assert second["loaded"] >= len(compiled) and second["saved"] == 0, second
-    rebuilt = torch_cudnn_algo.plan_build_counts()["built"] - built
+    rebuilt = torch_cudnn_algo.execution_plan_counts()["built"] - built
     assert rebuilt <= len(entry["configs"]) - len(compiled), (rebuilt, entry["configs"])
     assert_stocks_bits_and_close(conv, x, stock, entry["stock_config"], compiled)  # as loaded from disk
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedPlan, _plan
+from torch_cudnn_algo import Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedExecutionPlan, _plan
 
 pytestmark = pytest.mark.skipif(not torch_cudnn_algo.is_available(), reason="needs the C++ extension")
 
@@ -50,8 +50,8 @@ def frontend_blob(tag: str = "x") -> bytes:
                    "variant_pack_uids": [1, 2, 3], "behavior_notes": [[]]})
 
 
-def built(gpu: str = GPU, cudnn: int = CUDNN, frontend: int = FRONTEND, data: bytes | None = None) -> SerializedPlan:
-    return SerializedPlan(frontend_blob() if data is None else data, gpu, cudnn, frontend)
+def built(gpu: str = GPU, cudnn: int = CUDNN, frontend: int = FRONTEND, data: bytes | None = None) -> SerializedExecutionPlan:
+    return SerializedExecutionPlan(frontend_blob() if data is None else data, gpu, cudnn, frontend)
 
 
 def blob_plan(**kwargs: object) -> Plan:
@@ -276,8 +276,8 @@ def test_the_extension_refuses_a_blob_on_a_legacy_choice() -> None:
     ops.discard_plan_choices()
 
 
-def test_plan_build_counts_are_there_without_a_gpu() -> None:
-    counts = torch_cudnn_algo.plan_build_counts()
+def test_execution_plan_counts_are_there_without_a_gpu() -> None:
+    counts = torch_cudnn_algo.execution_plan_counts()
     assert set(counts) == {"built", "built_by_heuristics", "deserialized", "prefetched", "deserialize_failed",
                            "build_us", "deserialize_us"}
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())

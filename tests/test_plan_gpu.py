@@ -119,7 +119,7 @@ def test_tune_leaves_the_model_as_it_was_and_plans_what_training_runs() -> None:
     before_runs = torch_cudnn_algo.pinned_run_counts()
     with torch_cudnn_algo.use_plan(plan), torch.autocast("cuda", dtype=torch.float16):
         model(x).float().sum().backward()
-        counts = torch_cudnn_algo.plan_run_counts()
+        counts = torch_cudnn_algo.plan_entry_run_counts()
     assert set(counts) == {str(c) for c in plan} and min(counts.values()) == 1, counts
     after = torch_cudnn_algo.pinned_run_counts()
     assert sum(after.values()) - sum(before_runs.values()) == 5
@@ -137,7 +137,7 @@ def test_plan_entries_win_over_the_flags_and_other_configurations_follow_them() 
     with torch_cudnn_algo.use_plan(Plan({planned: algos[1]})), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         torch.nn.functional.conv2d(x, w, padding=1)
         torch.nn.functional.conv2d(other, w, padding=1)
-        counts = torch_cudnn_algo.plan_run_counts()
+        counts = torch_cudnn_algo.plan_entry_run_counts()
         reference = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
         out = torch.nn.functional.conv2d(x, w, padding=1)
     assert counts == {str(planned): 1}
@@ -153,7 +153,7 @@ def test_a_refused_plan_entry_warns_naming_the_entry_and_stock_runs() -> None:
     with torch_cudnn_algo.use_plan(Plan({conv: nondeterministic})), torch.backends.cudnn.flags(enabled=True, deterministic=True):
         with pytest.warns(UserWarning, match=f"the plan entry '{conv}'"):
             torch.nn.functional.conv2d(x, w.requires_grad_(), padding=1).sum().backward()
-        assert torch_cudnn_algo.plan_run_counts() == {str(conv): 0}
+        assert torch_cudnn_algo.plan_entry_run_counts() == {str(conv): 0}
 
 
 @pytest.mark.parametrize("policy", ["least_workspace", "lowest_energy"])
@@ -209,7 +209,7 @@ def test_torchvision_network_under_its_plan_is_as_close_to_float64_as_stock() ->
         plan = torch_cudnn_algo.tune(model, x, progress=False)
     with torch_cudnn_algo.use_plan(plan):
         planned = step(model, x, amp=True)
-        counts = torch_cudnn_algo.plan_run_counts()
+        counts = torch_cudnn_algo.plan_entry_run_counts()
     stock = step(model, x, amp=True)
     reference = step(model.double(), x.double(), amp=False)
     assert len(counts) >= 20 and min(counts.values()) >= 1, counts

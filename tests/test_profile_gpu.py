@@ -109,14 +109,14 @@ def test_profile_reports_energy_where_nvml_has_a_counter():
 def test_out_of_memory_marks_the_candidate_and_profiling_goes_on(monkeypatch):
     listed = [c for c in torch_cudnn_algo.list_algorithms("fwd", INPUT, WEIGHT, **CONV) if c.ok]
     victim = listed[0].value
-    real = _profile._Runner.candidate
+    real = _profile._Operands.candidate
 
     def candidate(self, value, execute):
         if execute and value == victim:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(self, value, execute)
 
-    monkeypatch.setattr(_profile._Runner, "candidate", candidate)
+    monkeypatch.setattr(_profile._Operands, "candidate", candidate)
     table = torch_cudnn_algo.profile("fwd", INPUT, WEIGHT, **CONV, reps=3, energy=False)
     assert table.row(victim).status == "out of memory"
     assert sum(r.ok for r in table) >= 5

@@ -1,8 +1,9 @@
 """Worker processes that compile cuDNN's runtime-compiled engines while tune() runs.
 
 NVRTC compiles one kernel at a time per process, so a network whose tuning
-builds dozens of runtime-compiled plans (depthwise convolutions) waits on that
-chain; workers compile beside this process and send the plans back serialised
+builds dozens of runtime-compiled execution plans (depthwise convolutions) waits
+on that chain; workers compile beside this process and send the execution plans
+back serialized
 (``csrc/compile_workers.h``). A worker loads torch's libraries and the
 extension without importing torch, nor ``site`` (its ``.pth`` files took ~0.2 s
 of a worker's start on the H100 host), and starts only when the first

@@ -80,7 +80,7 @@ def list_algorithms(
 ) -> list[Candidate]:
     """Every candidate for a convolution, without executing anything: cuDNN's
     legacy algorithms (support and workspace from cuDNN's workspace query) then
-    the engine configurations its heuristics and fallback list offer (plans
+    the engine configurations its heuristics and fallback list offer (execution plans
     built for their workspace and notes).
 
     The convolution is a :class:`ConvSpec` or its string form
@@ -179,7 +179,7 @@ def _memory_format(problem: _ops.ConvRequest) -> torch.memory_format:
     return torch.channels_last if len(problem.input) == 4 else torch.channels_last_3d
 
 
-class _Runner:
+class _Operands:
     """The operands of one problem and the calls that time candidates on them."""
 
     def __init__(self, problem: _ops.ConvRequest, seed: int) -> None:
@@ -225,7 +225,7 @@ def _measure(
     row: ProfileRow,
     run: Callable[[], object],
     output: Callable[[], torch.Tensor],
-    runner: _Runner,
+    operands: _Operands,
     warmup: int,
     reps: int,
     energy: bool,
@@ -233,13 +233,13 @@ def _measure(
     """Times one runnable candidate; an allocation failure or a cuDNN error
     marks the row instead of escaping."""
     try:
-        runner.out.fill_(float("nan"))  # an output the candidate fails to write shows as inf error
+        operands.out.fill_(float("nan"))  # an output the candidate fails to write shows as inf error
         for _ in range(max(1, warmup)):
             run()
         torch.cuda.synchronize()
-        error = _max_rel_error(output(), runner.reference)
+        error = _max_rel_error(output(), operands.reference)
         time_ms = _median_gpu_ms(run, reps)
-        joules = _nvml.energy_per_call(run, runner.problem.device, time_ms) if energy else None
+        joules = _nvml.energy_per_call(run, operands.problem.device, time_ms) if energy else None
     except torch.OutOfMemoryError:
         return dataclasses.replace(row, status="out of memory")
     except RuntimeError as exc:
@@ -264,13 +264,13 @@ def _profile_problem(
     device = torch.device("cuda", problem.device)
     spec = DIRECTIONS[problem.direction]
     with torch.cuda.device(device), _bypass(), _cudnn_settings(problem.deterministic, problem.allow_tf32):
-        runner = _Runner(problem, seed)
+        operands = _Operands(problem, seed)
         listed: list[ProfileRow] = []
         for algo, name in enumerate(spec.names):
             if algo not in spec.unimplemented:
                 listed.append(ProfileRow(algo, name, "ok", deterministic=algo not in spec.nondeterministic,
-                                         notes=(_legacy_math_type(runner.x.dtype, problem.allow_tf32),)))
-        configs = engine_configs(problem.direction, runner.x, runner.w, stride=problem.stride,
+                                         notes=(_legacy_math_type(operands.x.dtype, problem.allow_tf32),)))
+        configs = engine_configs(problem.direction, operands.x, operands.w, stride=problem.stride,
                                  padding=problem.padding, dilation=problem.dilation, groups=problem.groups,
                                  allow_tf32=problem.allow_tf32, deterministic=problem.deterministic)
         for config in configs:
@@ -279,7 +279,7 @@ def _profile_problem(
                                      notes=config.numerical_notes + config.behavior_notes))
         rows = []
         for row in listed:
-            status, workspace = runner.candidate(row.value, execute=False)
+            status, workspace = operands.candidate(row.value, execute=False)
             row = dataclasses.replace(row, status=status, workspace=None if workspace < 0 else workspace)
             if not row.ok:
                 rows.append(row)
@@ -287,17 +287,17 @@ def _profile_problem(
                 rows.append(dataclasses.replace(row, status="over workspace limit"))
             else:
                 value = row.value
-                rows.append(_measure(row, lambda v=value: runner.candidate(v, execute=True),
-                                     lambda: runner.out, runner, warmup, reps, energy))
+                rows.append(_measure(row, lambda v=value: operands.candidate(v, execute=True),
+                                     lambda: operands.out, operands, warmup, reps, energy))
         stock_output: list[torch.Tensor] = []
         if include_stock:
 
             def stock_run() -> None:
-                stock_output[:] = [runner.stock_call()]
+                stock_output[:] = [operands.stock_call()]
 
             rows.append(_measure(ProfileRow(None, "stock", "ok"), stock_run, lambda: stock_output[0],
-                                 runner, warmup, reps, energy))
-        del runner, stock_output  # everything profiling allocated goes back to the allocator
+                                 operands, warmup, reps, energy))
+        del operands, stock_output  # everything profiling allocated goes back to the allocator
         torch.cuda.synchronize(device)
     environment = {
         "gpu": torch.cuda.get_device_name(device),

@@ -36,8 +36,8 @@ def active_overrides() -> list[str]:
 
 
 def pinned_run_counts() -> dict[str, int]:
-    """How many convolution calls ran one of our plans (a pinned choice or the
-    ``"fastest"`` policy's pick), per direction, since the process started.
+    """How many convolution calls ran a pinned choice or the ``"fastest"``
+    policy's pick, per direction, since the process started.
 
     The counts only grow. Their difference around a call tells "the pinned
     algorithm ran" from "PyTorch never sent this convolution to cuDNN" or "the
@@ -51,7 +51,8 @@ def pinned_run_counts() -> dict[str, int]:
 
 
 def clear_cache() -> None:
-    """Forgets every cached plan and every ``"fastest"`` decision (with the
+    """Forgets what was built to run each configuration (execution plans, legacy
+    algorithm setups) and every ``"fastest"`` decision (with the
     :func:`tuning_log`): the next call per configuration rebuilds (or tunes)
     it and logs (or warns) again."""
     _ops.clear_plan_cache()
@@ -76,12 +77,12 @@ def tuning_log() -> list[dict[str, object]]:
     allowed: twice stock's configuration's error plus the dtype's tolerance).
 
     Where the time went: ``time_s`` (wall seconds: ``heuristics`` query,
-    plan ``build``, ``build_sum`` (each plan's build added up; builds run in
+    execution plan ``build``, ``build_sum`` (each execution plan's build added up; builds run in
     parallel), ``wait`` (for the builds :func:`tune` started ahead),
     ``operands``, ``warmup``, ``timing``, ``accuracy`` (float64 reference and
     error checks), ``knob_search``), ``prepared_ahead`` (built by
     :func:`tune`'s background threads: ``heuristics`` and ``build`` then ran
-    before ``seconds`` started), ``built`` (plans built), ``built_rtc``,
+    before ``seconds`` started), ``built`` (execution plans built), ``built_rtc``,
     ``listed_rtc`` and ``deferred_rtc`` (runtime-compiled configurations built,
     among the first round's, and left unbuilt), and ``configs``: per
     configuration considered, ``config``, ``rank`` (in the heuristics' list; -1
@@ -125,7 +126,7 @@ def engine_configs(
 ) -> list[EngineConfig]:
     """The engine configurations cuDNN offers for a convolution: heuristics
     mode A, mode B, then the fallback list, deduplicated, in that order (mode
-    A's first usable one is what stock PyTorch runs). Plans are built to learn
+    A's first usable one is what stock PyTorch runs). Execution plans are built to learn
     their workspace; no convolution is executed.
 
     The convolution is a :class:`ConvSpec`, its string form

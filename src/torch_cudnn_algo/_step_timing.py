@@ -119,7 +119,7 @@ def measure_modes(
     """``{mode: {"wall_ms": [...], "gpu_ms": [...], "conv_ms": [...], "energy_j": [...]}}``,
     one value per round; each mode's steps run inside ``modes[mode]()``.
 
-    Every mode is warmed first (plans built, caches filled), and the first step
+    Every mode is warmed first (execution plans built, caches filled), and the first step
     after entering a mode is never timed (it selects again). Wall rounds come
     first, then profiled rounds (so the profiler never runs between wall
     timings), then energy rounds; ``energy_j`` is empty where NVML has no counter

@@ -29,7 +29,7 @@ import torch
 
 from . import _compile_workers, _flags, _nvml, _ops
 from ._conv_spec import DIRECTION_NAMES, ConvSpec
-from ._plan import Plan, PlanEntry, SerializedPlan
+from ._plan import Plan, PlanEntry, SerializedExecutionPlan
 from ._profile import profile
 from ._table import POLICIES
 
@@ -128,14 +128,14 @@ def _decide_from_table(spec: ConvSpec, deterministic: bool, allow_tf32: bool, po
 
 def _with_execution_plan(spec: ConvSpec, deterministic: bool, allow_tf32: bool, entry: PlanEntry) -> PlanEntry:
     """`entry` with its choice's execution plan as built on the current device
-    (the tuner's plan, already in the plan cache), or with why there is none."""
+    (the tuner's, already built), or with why there is none."""
     if not isinstance(entry.choice, str):  # a legacy algorithm or stock's path: nothing to keep
         return entry
     data, why_not = _ops.plan_blob(spec, deterministic, allow_tf32, entry.choice)
     if why_not:
         return dataclasses.replace(entry, execution_plan_unavailable=why_not)
-    built = SerializedPlan(data, torch.cuda.get_device_name(), _ops.cudnn_runtime_version(),
-                           _ops.cudnn_frontend_version())
+    built = SerializedExecutionPlan(data, torch.cuda.get_device_name(), _ops.cudnn_runtime_version(),
+                                    _ops.cudnn_frontend_version())
     return dataclasses.replace(entry, execution_plan=built)
 
 
@@ -200,7 +200,7 @@ def _decide_all(configurations: Sequence[Configuration], plan: Plan, policy: str
     """Decides every configuration into ``plan`` (see :func:`tune`)."""
     try:
         if policy == "fastest" and _PREPARE_AHEAD:
-            # Every configuration's candidate plans are built in background threads,
+            # Every configuration's candidates are built in background threads,
             # configurations side by side; each is timed once its own are built,
             # while the threads build the ones after it.
             for spec, deterministic, allow_tf32, device in configurations:

@@ -173,9 +173,10 @@ the training step three ways:
 
   stock heuristics                       this process, torch.backends.cudnn.benchmark=False
   stock benchmark=True (fresh process)   a child process (python -m torch_cudnn_algo._benchmark_child)
-                                         with the same model, inputs, autocast and seed; stock shares
-                                         one plan cache between its two modes, so benchmark=True is
-                                         only a search in a process that never ran these convolutions
+                                         with the same model, inputs, autocast and seed; stock keeps
+                                         one cache of execution plans for its two modes, so
+                                         benchmark=True searches only in a process that never ran
+                                         these convolutions
   tuned plan                             this process, the plan in use; it alternates with stock
                                          heuristics round by round
 
@@ -283,10 +284,10 @@ def format_summary(heuristics: StepRow, benchmark: StepRow, tuned: StepRow, *, r
         f"wall: {steps} eager steps per round. GPU: every kernel's duration summed over 2 steps under "
         "torch.profiler (no launch gaps); conv GPU: the convolution ops' kernels alone. J/step: NVML's energy "
         f"counter over whole eager steps{energy_note}. decide s: tune() for the tuned plan (its recording pass, a "
-        "first step on stock's heuristics, included); the first step for benchmark=True (its search and plan "
-        "builds).",
-        f"The benchmark=True row comes from another process (python -m {BENCHMARK_MODULE}): stock shares one plan "
-        "cache between benchmark=True and its heuristics, so benchmark=True searches only in a process that never "
+        "first step on stock's heuristics, included); the first step for benchmark=True (its search and "
+        "execution plan builds).",
+        f"The benchmark=True row comes from another process (python -m {BENCHMARK_MODULE}): stock shares one "
+        "cache of execution plans between benchmark=True and its heuristics, so benchmark=True searches only in a process that never "
         "ran these convolutions. Its rounds did not alternate with the other two rows', so the tuned plan is "
         "compared with it by medians, and with stock heuristics by per-round ratios.",
     ]

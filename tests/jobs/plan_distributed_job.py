@@ -64,7 +64,7 @@ def main(out_dir: Path) -> int:
     mine = {"rank": rank, "gpu": torch.cuda.get_device_name(), "device": local_rank,
             "choices": {e.label: e.choice for e in in_force}, "runs": {e.label: e.runs for e in in_force},
             "losses": losses,
-            "first_step_s": step_seconds[0], "plan_build_counts": torch_cudnn_algo.plan_build_counts(),
+            "first_step_s": step_seconds[0], "execution_plan_counts": torch_cudnn_algo.execution_plan_counts(),
             "with_execution_plan": sum(1 for e in plan.entries.values() if e.execution_plan is not None)}
     everyone: list[dict] = [None] * world  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
@@ -77,7 +77,7 @@ def main(out_dir: Path) -> int:
                   "every_entry_ran_on_every_rank": all_ran,
                   "distinct_choices": len(set(reference.values())),
                   "ranks": [{k: r[k] for k in ("rank", "gpu", "device", "losses", "first_step_s",
-                                               "plan_build_counts", "with_execution_plan")} |
+                                               "execution_plan_counts", "with_execution_plan")} |
                             {"calls": sum(r["runs"].values())} for r in everyone],
                   "choices": reference}
         (out_dir / "result.json").write_text(json.dumps(result, indent=1))
