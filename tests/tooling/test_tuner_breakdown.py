@@ -1,4 +1,4 @@
-"""CPU: benchmarks/tuner_breakdown.py adds up a tuning log's breakdown (the fields
+"""CPU: the tuner breakdown (benchmarks/tuner_breakdown.py, benchmarks/harness/tuner.py) adds up a tuning log's breakdown (the fields
 fastest_tuner.cpp writes) and renders its JSONL records as a table."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-import tuner_breakdown  # noqa: E402
+from harness import roofline  # noqa: E402
+from harness import tuner as tuner_breakdown  # noqa: E402
 
 
 def entry(pick, stock, stock_rtc, build_s, **phases):
@@ -82,9 +83,8 @@ CONV = ("conv2d: input [64, 64, 56, 56] torch.float16 channels_last, weight [64,
 
 
 def test_conv_bound_is_the_roofline_of_the_three_tensors_and_the_multiply_adds() -> None:
-    import conv_roofline
 
-    bound = conv_roofline.conv_bound(CONV)
+    bound = roofline.conv_bound(CONV)
     assert bound.flops == 2 * (64 * 64 * 56 * 56) * (64 * 9)
     assert bound.bytes == (2 * 64 * 64 * 56 * 56 + 64 * 64 * 9) * 2
     # 51.5 MB at 3.35 TB/s (15.4 µs) is slower than 14.8 GFLOP at 989.4 TFLOP/s (15.0 µs).
@@ -94,17 +94,17 @@ def test_conv_bound_is_the_roofline_of_the_three_tensors_and_the_multiply_adds()
     wide = ("conv2d: input [256, 1024, 14, 14] torch.float32 contiguous, weight [1024, 1024, 1, 1], "
             "output [256, 1024, 14, 14], stride [1, 1], padding [0, 0], dilation [1, 1], groups 1, allow_tf32={}, "
             "deterministic=False, device cuda:0")
-    tf32, fp32 = conv_roofline.conv_bound(wide.format("True")), conv_roofline.conv_bound(wide.format("False"))
+    tf32, fp32 = roofline.conv_bound(wide.format("True")), roofline.conv_bound(wide.format("False"))
     assert (tf32.peak_tflops, fp32.peak_tflops) == (494.7, 66.9)
     assert not fp32.memory_bound and fp32.bound_ms == pytest.approx(fp32.flops / 66.9e12 * 1e3)
     # A transposed convolution's multiply-adds follow its (smaller) input: the cuDNN problem's output.
-    transposed = conv_roofline.conv_bound(
+    transposed = roofline.conv_bound(
         "conv_transpose2d: input [8, 512, 1, 4001] torch.float16 contiguous, weight [512, 1, 1, 16], "
         "output [8, 1, 1, 32000], stride [1, 8], padding [0, 8], output_padding [0, 0], dilation [1, 1], "
         "groups 1, allow_tf32=False, deterministic=False, device cuda:0")
     assert transposed.flops == 2 * (8 * 512 * 4001) * 16
     with pytest.raises(ValueError, match="not a convolution description"):
-        conv_roofline.conv_bound("linear: input [4, 4]")
+        roofline.conv_bound("linear: input [4, 4]")
 
 
 def test_ceiling_sets_stock_and_the_best_timed_against_the_bound(tmp_path: Path) -> None:

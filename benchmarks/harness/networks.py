@@ -7,7 +7,7 @@ weights are downloaded. torchvision, timm and torchaudio are benchmark-only depe
 imported inside the builders: a missing library fails only the networks that need it, and
 ``--help``, ``--merge-only`` and the CPU tests need none of them.
 
-Together the zoo covers what the eager and tuning issues ask of it: plain 3x3/1x1 (ResNet-50,
+Together the zoo covers every kind of convolution: plain 3x3/1x1 (ResNet-50,
 in AMP fp16 and in fp32 with TF32), depthwise (MobileNetV3, EfficientNet-B0, ConvNeXt's 7x7),
 grouped (ResNeXt, RegNetY), 3-d (R3D-18), transposed (the DCGAN generator) and 1-d
 (Conv-TasNet, Wav2Letter) convolutions.
@@ -45,7 +45,7 @@ class Workload(NamedTuple):
 @dataclass(frozen=True)
 class ZooEntry:
     """A zoo network: its builder, and the kinds of convolution it brings (the report
-    names them, and the tests check that the zoo covers every kind the issues ask for)."""
+    names them, and a test checks that the zoo covers every kind)."""
 
     name: str
     kinds: frozenset[str]
@@ -240,7 +240,7 @@ class Trainer:
 
 def apply_precision(precision: str) -> dict[str, object]:
     """Process-wide numerics of a workload; returns them as recorded. fp32 networks run with TF32
-    on, as the issue's fp32 ResNet-50 does; AMP networks keep torch's defaults."""
+    on, as fp32 training usually runs on Ampere and later; AMP networks keep torch's defaults."""
     if precision == FP32_TF32:
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cuda.matmul.allow_tf32 = True
