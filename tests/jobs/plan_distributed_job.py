@@ -8,7 +8,7 @@ should build only the entries without one).
     torchrun --nproc-per-node 2 tests/jobs/plan_distributed_job.py OUT_DIR
 
 Writes OUT_DIR/result.json (rank 0); exits non-zero when the ranks differ.
-The pattern users follow (README, "Distributed jobs"): tune the bare model
+The pattern users follow (docs/plans.md, "Distributed jobs"): tune the bare model
 before wrapping it in DistributedDataParallel, so rank 0's tuning pass runs no
 collective the other ranks would have to join.
 """
