@@ -234,9 +234,9 @@ def run_parent(settings: Settings) -> int:
     unfinished: list[str] = []
     budget = Budget(settings.budget_s)
     plans = Path(tempfile.mkdtemp(prefix="zoo-plans-"))
-    # tune() measured as on a machine that never tuned these networks: an empty compiled
-    # plan cache for this run, unless the caller names one (to measure a warm cache).
-    os.environ.setdefault(COMPILE_CACHE_ENV_VAR, str(plans / "compiled-plans"))
+    # tune() measured as on a machine that never tuned these networks: an empty execution plan
+    # cache for this run, unless the caller names one (to measure a warm cache).
+    os.environ.setdefault(COMPILE_CACHE_ENV_VAR, str(plans / "execution-plan-cache"))
     try:
         for network in settings.networks:
             try:

@@ -43,6 +43,7 @@ from .stats import median, num, ratio_summary, rotated
 from .timing import DEVICE, capture_trainer_step, energy_j_per_step, events_ms, gpu_drained_before_convs, \
     profile_conv_host, replay_ms, step_seconds, steps_wall_cpu_ms, warm_up_cuda
 
+
 def _counter(name: str, old_name: str) -> Callable[[], dict]:
     """A public counter by its name, or by its older name in a package that predates it."""
     return getattr(torch_cudnn_algo, name, None) or getattr(torch_cudnn_algo, old_name)
@@ -59,15 +60,15 @@ def applied(mode: str, plan: torch_cudnn_algo.Plan | None) -> Iterator[None]:
 
 
 def pinned_runs_since(before: dict[str, int]) -> dict[str, int]:
-    """How many calls per direction ran one of our plans since ``before`` (an earlier
-    ``pinned_run_counts()``): tells "the plan ran" from "stock ran" (refused or never met)."""
+    """How many calls per direction ran a pinned choice of ours since ``before`` (an earlier
+    ``pinned_run_counts()``): tells "ours ran" from "stock ran" (refused or never met)."""
     after = torch_cudnn_algo.pinned_run_counts()
     return {direction: after[direction] - before[direction] for direction in after}
 
 
 def warm_up_modes(trainer: Trainer, plan: torch_cudnn_algo.Plan) -> dict:
     """One untimed pass of every mode before any timing: "fastest" tunes on its first step here,
-    and every mode's plans are built."""
+    and every mode's execution plans are built."""
     results = {}
     for mode in EAGER_MODES:
         tuned_before = len(torch_cudnn_algo.tuning_log())

@@ -116,7 +116,7 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
                               "fastest": _get(gpu, "energy_j_per_step", "fastest")},
         "tune_over_benchmark_search": ratio(entry["tune_s"], entry["benchmark_search_s"]),
         "first_step_plan_over_stock": ratio(first_step["plan"], first_step["stock"]),
-        # Choices without their execution plans: heuristics skipped, every plan built (compiled).
+        # Choices without their execution plans: heuristics skipped, every execution plan built (compiled).
         "first_step_plan_names_s": _get(names, "first_step_s"),
         "first_step_plan_build_counts": {"plan": _get(first, "plan_build_counts"),
                                          "plan_names": _get(names, "plan_build_counts")},
