@@ -11,12 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (torchrun, one process per GPU)"),
-]
+pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu]  # torchrun, one process per GPU
 
 JOB = Path(__file__).parent / "jobs" / "plan_distributed_job.py"
 

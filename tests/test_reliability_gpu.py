@@ -314,8 +314,7 @@ def test_eight_threads_while_the_flags_flip_match_stock():
 
 @pytest.fixture
 def two_devices() -> list[torch.device]:
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA devices")
+    """Tests that take it are marked multi_gpu: they run where two GPUs are."""
     return [torch.device("cuda", 0), torch.device("cuda", 1)]
 
 
@@ -325,6 +324,7 @@ def same_cnn_on_each(devices: list[torch.device]) -> list[torch.nn.Module]:
     return [model] + [copy.deepcopy(model).to(d) for d in devices[1:]]
 
 
+@pytest.mark.multi_gpu
 def test_two_devices_pinned_choices_match_stock_with_a_plan_cache_per_device(two_devices):
     models = same_cnn_on_each(two_devices)
     x, grad = cnn_input(device="cpu", seed=1), cnn_input(device="cpu", seed=2)
@@ -353,6 +353,7 @@ def test_two_devices_pinned_choices_match_stock_with_a_plan_cache_per_device(two
     assert size0 > 0 and size1 == 2 * size0, (size0, size1)
 
 
+@pytest.mark.multi_gpu
 def test_two_devices_fastest_matches_stock_with_decisions_per_device(two_devices):
     models = same_cnn_on_each(two_devices)
     x, grad = cnn_input(device="cpu", seed=3), cnn_input(device="cpu", seed=4)
@@ -430,7 +431,8 @@ def engine_choices(x: torch.Tensor, w: torch.Tensor) -> dict[str, str]:
         configs = torch_cudnn_algo.engine_configs(direction, x, w, padding=1, allow_tf32=False, deterministic=False)
         usable = [c for c in configs if c.refusal is None and c.workspace is not None]
         if not usable:
-            pytest.skip(f"cuDNN offers no usable {direction} engine configuration here")
+            pytest.fail(f"cuDNN offers no usable {direction} engine configuration for the test's CNN layer "
+                        f"({len(configs)} listed); the test needs one")
         choices[FLAG[direction]] = usable[0].name
     return choices
 
@@ -598,10 +600,12 @@ def test_pinned_workspace_out_of_memory_follows_the_refusal_rule(direction):
         grad = torch.randn(1, 256, 80, 128, device=device, generator=torch.Generator(device).manual_seed(14))
         workspace = torch_cudnn_algo.legacy_workspace_sizes(direction, x, w, padding=1, allow_tf32=False)[algo]
         if workspace is None:
-            pytest.skip(f"cuDNN does not support {direction} {name} for this convolution")
+            pytest.fail(f"cuDNN does not support {direction} {name} for the test's convolution; the test needs an "
+                        "algorithm whose workspace it can make unallocatable")
         headroom = workspace // 2  # stock and profile() fit easily, the pinned workspace never does
         if headroom < MIN_HEADROOM:
-            pytest.skip(f"{direction} {name} needs only {workspace} bytes of workspace here")
+            pytest.fail(f"{direction} {name} needs only {workspace} bytes of workspace for the test's convolution; "
+                        f"the test needs more than {2 * MIN_HEADROOM}")
         expected = run_direction(direction, x, w, grad)
         torch.cuda.synchronize()
         baseline = torch.cuda.memory_allocated(device)
