@@ -8,6 +8,7 @@ of them run the same algorithms; tune()'s policies; ``profile --plot``."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -160,12 +161,7 @@ def test_a_refused_plan_entry_warns_naming_the_entry_and_stock_runs() -> None:
 def test_profile_table_policies(policy: str) -> None:
     model = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False).cuda().half().to(memory_format=torch.channels_last)
     x = torch.randn(16, 32, 28, 28, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
-    try:
-        plan = torch_cudnn_algo.tune(model, x, policy=policy, directions=("fwd",), progress=False)
-    except RuntimeError as exc:
-        if "energy counter" in str(exc):
-            pytest.skip(str(exc))
-        raise
+    plan = torch_cudnn_algo.tune(model, x, policy=policy, directions=("fwd",), progress=False)
     (conv,) = plan
     entry = plan[conv]
     assert entry.choice is not None and entry.time_ms is not None
@@ -187,7 +183,7 @@ def test_profile_command_plots_a_valid_png(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    image = pytest.importorskip("matplotlib.image").imread(path)
+    image = importlib.import_module("matplotlib.image").imread(path)  # matplotlib: the [test] extra
     assert image.shape[0] > 100 and image.shape[1] > 100
 
 
@@ -199,7 +195,7 @@ def test_list_command_on_the_gpu() -> None:
 
 
 def test_torchvision_network_under_its_plan_is_as_close_to_float64_as_stock() -> None:
-    torchvision = pytest.importorskip("torchvision")
+    torchvision = importlib.import_module("torchvision")
     from jobs.plan_run_check import rel, step
 
     torch.manual_seed(0)

@@ -99,7 +99,7 @@ def test_profile_has_a_row_per_candidate_and_returns_memory(direction):
 
 def test_profile_reports_energy_where_nvml_has_a_counter():
     if torch_cudnn_algo._nvml.energy_counter(torch.cuda.current_device()) is None:
-        pytest.skip("NVML offers no energy counter here")
+        pytest.fail("NVML offers no energy counter for this GPU; the test needs one")
     table = torch_cudnn_algo.profile("fwd", "32x64x28x28 float16 channels_last", "64x64x3x3 float16 channels_last",
                                      padding=1, reps=5)
     energies = [r.energy_j for r in table if r.ok]
@@ -164,7 +164,8 @@ def test_pinned_choice_over_the_workspace_limit_is_refused():
     x, w = make_tensors(seed=5)
     needing = [c for c in torch_cudnn_algo.list_algorithms("fwd", x, w, **CONV) if c.ok and c.workspace]
     if not needing:
-        pytest.skip("every candidate runs without workspace here")
+        pytest.fail("every candidate runs the test's convolution without workspace; the test needs one with "
+                    "workspace")
     choice = needing[0]
     cudnn.conv_fwd_algo = choice.value
     cudnn.conv_workspace_limit = choice.workspace - 1
