@@ -8,8 +8,8 @@ What a test needs is said by its markers (registered in pyproject.toml) and by n
 - ``multi_gpu`` (always together with ``gpu``): needs two CUDA GPUs of one host. Skipped,
   with that reason, on a machine with fewer.
 
-A file is named ``*_gpu.py`` exactly when every test in it is ``gpu``-marked; collection
-stops with an error otherwise. Tooling and document tests live in ``tests/tooling/``.
+A file is named ``*_gpu.py`` exactly when its tests are ``gpu``-marked, and no other file
+holds ``gpu`` tests; collection stops with an error otherwise. Tooling and document tests live in ``tests/tooling/``.
 
 Every test starts and ends with every flag back at its default, and has an empty
 compiled plan cache of its own (csrc/compiled_plan_cache.h), so that no test loads
@@ -36,8 +36,11 @@ def _check_markers_and_file_names(items: list[pytest.Item]) -> None:
             problems.append(f"{item.nodeid}: marked multi_gpu but not gpu")
     for name, file_items in by_file.items():
         cpu = [item.nodeid for item in file_items if not item.get_closest_marker("gpu")]
+        gpu = [item.nodeid for item in file_items if item.get_closest_marker("gpu")]
         if name.endswith("_gpu.py") and cpu:
             problems.append(f"{name} is named *_gpu.py but holds tests not marked gpu: {', '.join(cpu[:3])}")
+        if not name.endswith("_gpu.py") and gpu:
+            problems.append(f"{name} holds gpu tests but is not named *_gpu.py: {', '.join(gpu[:3])}")
     if problems:
         raise pytest.UsageError("tests/conftest.py: markers and file names disagree:\n  " + "\n  ".join(problems))
 

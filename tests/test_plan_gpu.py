@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import ConvSpec, Plan
+from torch_cudnn_algo import ConvSpec, Plan, PlanError, PlanMismatchWarning
 
 pytestmark = pytest.mark.gpu
 
@@ -155,6 +155,23 @@ def test_a_refused_plan_entry_warns_naming_the_entry_and_stock_runs() -> None:
         with pytest.warns(UserWarning, match=f"the plan entry '{conv}'"):
             torch.nn.functional.conv2d(x, w.requires_grad_(), padding=1).sum().backward()
         assert torch_cudnn_algo.plan_entry_run_counts() == {str(conv): 0}
+
+
+def test_a_plan_made_on_another_gpu_warns_and_strict_refuses(tmp_path: Path) -> None:
+    data = Plan({"conv1d 4x16x100 -> 32x5 s1 p2 fp32 contiguous fwd": "eng0"}, policy="fastest").to_dict()
+    data["gpu"] = "Imaginary GPU 9000"
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(data))
+    expected = "made on a Imaginary GPU 9000"
+    with pytest.warns(PlanMismatchWarning, match=expected):
+        plan = torch_cudnn_algo.load_plan(path)
+    assert len(plan) == 1
+    with pytest.raises(PlanError, match=expected) as info:
+        torch_cudnn_algo.load_plan(path, strict=True)
+    assert str(path) in str(info.value)
+    torch.backends.cudnn.conv_algo_strict = True  # strict=None follows the flag
+    with pytest.raises(PlanError, match=expected):
+        torch_cudnn_algo.load_plan(path)
 
 
 @pytest.mark.parametrize("policy", ["least_workspace", "lowest_energy"])
