@@ -44,6 +44,27 @@ def case_id(value) -> str:
     return getattr(value, "name", str(value))
 
 
+def check_left_to_pytorch(direction, algo, form, x, w, tol, seed) -> None:
+    """A convolution stock PyTorch does not send to cuDNN (fp32/fp64 NCHW depthwise goes to its
+    native kernels) is not ours to change: pinned, our plan never runs in the backward either
+    and the gradients are stock's."""
+    x.requires_grad_()
+    w.requires_grad_()
+    stock_out = form.conv(x, w)
+    grad = torch.randn(stock_out.shape, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    grad = torch.empty_like(stock_out).copy_(grad)
+    stock = torch.autograd.grad(stock_out, (x, w), grad)
+    before = torch_cudnn_algo.pinned_run_counts()[direction]
+    with warnings.catch_warnings(record=True) as caught, torch_cudnn_algo.flags(**{FLAG[direction]: algo}):
+        warnings.simplefilter("always")
+        ours = torch.autograd.grad(form.conv(x, w), (x, w), grad)
+    torch.cuda.synchronize()
+    assert torch_cudnn_algo.pinned_run_counts()[direction] == before, "our plan ran a convolution stock keeps from cuDNN"
+    assert not [m for m in caught if "cannot run this convolution" in str(m.message)]
+    for mine, theirs in zip(ours, stock):
+        assert mine.stride() == theirs.stride() and relative_error(mine, theirs) <= tol
+
+
 def check_pinned_gradients(direction, algo, form, layout, case, caplog):
     """Pins `direction` to `algo`, runs forward + backward, and checks the output
     and both gradients against stock and a float64 reference."""
@@ -53,7 +74,8 @@ def check_pinned_gradients(direction, algo, form, layout, case, caplog):
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=case.allow_tf32):
         x, w = make_inputs(form, case, fmt, seed)
         if not reaches_cudnn(form, x, w):
-            pytest.skip("stock PyTorch does not route this convolution to cuDNN")
+            check_left_to_pytorch(direction, algo, form, x, w, tol, seed)
+            return
         x.requires_grad_()
         w.requires_grad_()
         stock_out = form.conv(x, w)
@@ -123,7 +145,11 @@ def test_gradcheck_float64(direction, algo, transposed):
         fn = lambda x, w: F.conv2d(x, w, padding=1)  # noqa: E731
         kwargs = dict(padding=1)
     if torch_cudnn_algo.legacy_workspace_sizes(direction, x.detach(), w.detach(), **kwargs)[algo] is None:
-        pytest.skip(f"{direction} algorithm {algo} does not support float64 here")
+        # cuDNN has no float64 for this algorithm (FFT, Winograd, ...): strict mode refuses it, naming it.
+        with torch_cudnn_algo.flags(**{FLAG[direction]: algo, "conv_algo_strict": True}):
+            with pytest.raises(RuntimeError, match=f"{FLAG[direction]} = {algo} .*cannot run this convolution"):
+                torch.autograd.grad(fn(x, w).sum(), (x, w))
+        return
     with torch_cudnn_algo.flags(**{FLAG[direction]: algo, "conv_algo_strict": True}):
         assert torch.autograd.gradcheck(fn, (x, w))
 

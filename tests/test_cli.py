@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import Plan, _benchmark_child, cli
+from torch_cudnn_algo import Plan, _benchmark_child, _workload, cli
 
 CONV = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"
-NO_GPU = not torch.cuda.is_available()
+HIDDEN_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # a child process sees no GPU, on any machine
 
 
 def run_module(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -61,9 +61,10 @@ def test_non_positive_counts_are_refused(capsys: pytest.CaptureFixture[str]) -> 
     assert "--steps must be >= 1" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not NO_GPU, reason="checks the behaviour without a GPU")
 @pytest.mark.parametrize("argv", [["list", CONV], ["profile", CONV, "--plot", "x.png"], ["tune"]])
-def test_gpu_commands_without_a_gpu_exit_2_with_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_gpu_commands_without_a_gpu_exit_2_with_one_line(argv: list[str], capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without one
     assert cli.main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -71,9 +72,8 @@ def test_gpu_commands_without_a_gpu_exit_2_with_one_line(argv: list[str], capsys
     assert len(lines) == 1 and lines[0].startswith(f"torch-cudnn-algo {argv[0]}: needs a CUDA GPU"), lines
 
 
-@pytest.mark.skipif(not NO_GPU, reason="checks the behaviour without a GPU")
 def test_module_entry_point_exit_status_without_a_gpu() -> None:
-    result = run_module("tune")
+    result = run_module("tune", **HIDDEN_GPU)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("torch-cudnn-algo tune: needs a CUDA GPU")
 
@@ -128,11 +128,11 @@ def test_model_callable_errors_are_clear(tmp_path: Path, monkeypatch: pytest.Mon
     (tmp_path / "user_models.py").write_text("def make():\n    return 3\nvalue = 5\n")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="module:callable"):
-        cli._user_model("user_models")
+        _workload._user_model("user_models")
     with pytest.raises(ValueError, match="is not callable"):
-        cli._user_model("user_models:value")
+        _workload._user_model("user_models:value")
     with pytest.raises(ValueError, match=r"must return \(model, example_inputs\)"):
-        cli._user_model("user_models:make")
+        _workload._user_model("user_models:make")
 
 
 def test_default_outputs_are_ignored_in_a_checkout(tmp_path: Path) -> None:
@@ -268,10 +268,9 @@ def test_benchmark_row_from_a_good_child(monkeypatch: pytest.MonkeyPatch, capsys
     assert "first step (the search) 12.5 s" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not NO_GPU, reason="checks the behaviour without a GPU")
 def test_child_without_a_gpu_prints_an_error_result() -> None:
     result = subprocess.run([sys.executable, "-m", "torch_cudnn_algo._benchmark_child", "--rounds", "1"],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300, env={**os.environ, **HIDDEN_GPU})
     assert result.returncode == 1
     with pytest.raises(_benchmark_child.BenchmarkChildError, match="needs a CUDA GPU"):
         _benchmark_child.parse_result(result.stdout)

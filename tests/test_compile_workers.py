@@ -79,7 +79,7 @@ def test_a_worker_says_ready_and_exits_at_end_of_input_or_fails_with_a_message()
 
 @needs_extension
 def test_enables_nest_and_bad_arguments_are_refused():
-    ops = torch_cudnn_algo._extension.ops()
+    ops = torch_cudnn_algo._ops
     with pytest.raises(ValueError, match="compile workers must be 0 or more, got -1"):
         ops.enable_compile_workers(["python"], -1)
     with pytest.raises(ValueError, match="a compile worker needs a command"):
@@ -95,7 +95,7 @@ def test_enables_nest_and_bad_arguments_are_refused():
 @needs_extension
 def test_running_starts_nothing_when_disabled_or_set_to_none(monkeypatch):
     calls = []
-    monkeypatch.setattr(torch_cudnn_algo._extension, "ops", lambda: calls.append("ops"))
+    monkeypatch.setattr(torch_cudnn_algo._ops, "enable_compile_workers", lambda *args: calls.append(args))
     with _compile_workers.running(enabled=False):
         pass
     monkeypatch.setenv(_compile_workers.ENV_VAR, "0")

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
+from torch_cudnn_algo import _ops
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 cudnn = torch.backends.cudnn
@@ -62,7 +63,7 @@ def test_fastest_policy_is_accepted_and_reaches_the_extension(flag, value):
     setattr(cudnn, flag, value)
     assert getattr(cudnn, flag) == "fastest"
     key = {"conv_fwd_algo": "fwd", "conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
-    ops = torch.ops.torch_cudnn_algo
+    ops = _ops
     assert ops.get_policy(key) == "fastest"
     assert ops.get_legacy_algo(key) == -1 and ops.get_engine(key) == ""
     assert "aten::convolution_backward" in torch_cudnn_algo.active_overrides()
@@ -72,15 +73,15 @@ def test_fastest_policy_is_accepted_and_reaches_the_extension(flag, value):
 
 def test_unknown_policy_is_rejected_by_the_extension():
     with pytest.raises(ValueError, match="the only policy is 'fastest'"):
-        torch.ops.torch_cudnn_algo.set_policy("fwd", "slowest")
-    assert torch.ops.torch_cudnn_algo.get_policy("fwd") == ""
+        _ops.set_policy("fwd", "slowest")
+    assert _ops.get_policy("fwd") == ""
 
 
 @pytest.mark.parametrize("value, canonical", [(None, None), (0, 0), (1 << 30, 1 << 30), (np.int64(4096), 4096)])
 def test_workspace_limit_accepts_bytes_or_none(value, canonical):
     cudnn.conv_workspace_limit = value
     assert cudnn.conv_workspace_limit == canonical
-    assert torch.ops.torch_cudnn_algo.get_workspace_limit() == (-1 if canonical is None else canonical)
+    assert _ops.get_workspace_limit() == (-1 if canonical is None else canonical)
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, "1GiB", True, [1]])
@@ -89,12 +90,12 @@ def test_workspace_limit_rejects_bad_values_and_keeps_previous(value):
     with pytest.raises(ValueError, match=r"number of bytes \(an int >= 0\) or None"):
         cudnn.conv_workspace_limit = value
     assert cudnn.conv_workspace_limit == 1024
-    assert torch.ops.torch_cudnn_algo.get_workspace_limit() == 1024
+    assert _ops.get_workspace_limit() == 1024
 
 
 def test_conv_profile_registers_every_override_and_removes_them():
     cudnn.conv_profile = True
-    assert torch.ops.torch_cudnn_algo.get_profile()
+    assert _ops.get_profile()
     assert set(torch_cudnn_algo.active_overrides()) == {
         "aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward"}
     with pytest.raises(ValueError, match="must be True or False"):
@@ -119,11 +120,11 @@ def test_engine_names_are_pinned_and_normalised(flag, value, canonical):
     setattr(cudnn, flag, value)
     assert getattr(cudnn, flag) == canonical
     direction = {"conv_fwd_algo": "fwd", "conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
-    assert torch.ops.torch_cudnn_algo.get_engine(direction) == canonical
-    assert torch.ops.torch_cudnn_algo.get_legacy_algo(direction) == -1
+    assert _ops.get_engine(direction) == canonical
+    assert _ops.get_legacy_algo(direction) == -1
     assert "aten::convolution_backward" in torch_cudnn_algo.active_overrides()
     setattr(cudnn, flag, 1)  # switching back to a legacy algorithm replaces the engine
-    assert torch.ops.torch_cudnn_algo.get_engine(direction) == ""
+    assert _ops.get_engine(direction) == ""
 
 
 @pytest.mark.parametrize(
@@ -142,20 +143,20 @@ def test_malformed_engine_names_are_rejected(value, message):
 def test_python_and_cpp_engine_names_agree(name):
     from torch_cudnn_algo._algorithms import canonical_engine_name
 
-    assert torch.ops.torch_cudnn_algo.canonical_engine_name(name) == canonical_engine_name(name)
+    assert _ops.canonical_engine_name(name) == canonical_engine_name(name)
 
 
 def test_extension_rejects_malformed_engine_names():
     with pytest.raises(ValueError, match="not an engine configuration name"):
-        torch.ops.torch_cudnn_algo.set_engine("fwd", "eng62_k2")
-    assert torch.ops.torch_cudnn_algo.get_engine("fwd") == ""
+        _ops.set_engine("fwd", "eng62_k2")
+    assert _ops.get_engine("fwd") == ""
 
 
 def test_strict_flag_takes_bools_only():
     assert cudnn.conv_algo_strict is False
     cudnn.conv_algo_strict = True
     assert cudnn.conv_algo_strict is True
-    assert torch.ops.torch_cudnn_algo.get_strict() is True
+    assert _ops.get_strict() is True
     for bad in (1, "yes", None):
         with pytest.raises(ValueError, match="conv_algo_strict must be True or False"):
             cudnn.conv_algo_strict = bad
@@ -181,7 +182,7 @@ def test_backward_flags_accept_and_normalise(flag, value, canonical):
     setattr(cudnn, flag, value)
     assert getattr(cudnn, flag) == canonical
     direction = {"conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
-    assert torch.ops.torch_cudnn_algo.get_legacy_algo(direction) == canonical
+    assert _ops.get_legacy_algo(direction) == canonical
 
 
 @pytest.mark.parametrize(
@@ -205,9 +206,9 @@ def test_backward_flags_reject_bad_values(flag, value, message):
 
 def test_flag_reaches_the_extension():
     cudnn.conv_fwd_algo = "FFT"
-    assert torch.ops.torch_cudnn_algo.get_legacy_algo("fwd") == 4
+    assert _ops.get_legacy_algo("fwd") == 4
     cudnn.conv_fwd_algo = None
-    assert torch.ops.torch_cudnn_algo.get_legacy_algo("fwd") == -1
+    assert _ops.get_legacy_algo("fwd") == -1
 
 
 def test_flags_context_manager_restores_even_on_error():
@@ -232,17 +233,17 @@ def test_flags_context_manager_validates_everything_first():
 
 @pytest.mark.parametrize("direction", list(DIRECTIONS))
 def test_python_and_cpp_algorithm_tables_agree(direction):
-    assert list(torch.ops.torch_cudnn_algo.legacy_algo_names(direction)) == list(DIRECTIONS[direction].names)
+    assert list(_ops.legacy_algo_names(direction)) == list(DIRECTIONS[direction].names)
 
 
 def test_extension_rejects_bad_values_too():
     with pytest.raises(ValueError, match=r"must be in \[0, 8\)"):
-        torch.ops.torch_cudnn_algo.set_legacy_algo("fwd", 8)
+        _ops.set_legacy_algo("fwd", 8)
     with pytest.raises(ValueError, match="not implemented by cuDNN"):
-        torch.ops.torch_cudnn_algo.set_legacy_algo("bwd_filter", 4)
+        _ops.set_legacy_algo("bwd_filter", 4)
     with pytest.raises(ValueError, match="unknown direction 'sideways'"):
-        torch.ops.torch_cudnn_algo.set_legacy_algo("sideways", 1)
-    assert torch.ops.torch_cudnn_algo.get_legacy_algo("fwd") == -1
+        _ops.set_legacy_algo("sideways", 1)
+    assert _ops.get_legacy_algo("fwd") == -1
 
 
 def test_legacy_algorithm_names():
@@ -254,15 +255,15 @@ def test_legacy_algorithm_names():
 def test_knob_search_flag_takes_bools_and_reaches_the_extension():
     assert cudnn.conv_knob_search is False
     cudnn.conv_knob_search = True
-    assert torch.ops.torch_cudnn_algo.get_knob_search()
+    assert _ops.get_knob_search()
     with pytest.raises(ValueError, match="conv_knob_search must be True or False"):
         cudnn.conv_knob_search = "yes"
     assert cudnn.conv_knob_search is True
     with torch_cudnn_algo.flags(conv_knob_search=False):
-        assert not torch.ops.torch_cudnn_algo.get_knob_search()
-    assert torch.ops.torch_cudnn_algo.get_knob_search()
+        assert not _ops.get_knob_search()
+    assert _ops.get_knob_search()
     cudnn.conv_knob_search = False
-    assert not torch.ops.torch_cudnn_algo.get_knob_search()
+    assert not _ops.get_knob_search()
     # Not a choice: no override is registered for it.
     assert torch_cudnn_algo.active_overrides() == []
 
@@ -270,12 +271,12 @@ def test_knob_search_flag_takes_bools_and_reaches_the_extension():
 @pytest.mark.parametrize("name", sorted(torch_cudnn_algo.TOLERANCES))
 def test_tuner_and_profile_table_tolerances_agree(name):
     dtype, _, math = name.partition("+")
-    assert torch.ops.torch_cudnn_algo.tuner_tolerance(dtype, math == "tf32") == torch_cudnn_algo.TOLERANCES[name]
+    assert _ops.tuner_tolerance(dtype, math == "tf32") == torch_cudnn_algo.TOLERANCES[name]
 
 
 def test_tuner_tolerance_rejects_unknown_dtypes():
     with pytest.raises(ValueError, match="no tuner tolerance for dtype 'int8'"):
-        torch.ops.torch_cudnn_algo.tuner_tolerance("int8", False)
+        _ops.tuner_tolerance("int8", False)
 
 
 def test_tuning_log_starts_empty_and_clear_cache_empties_it():

@@ -37,6 +37,20 @@ def refusal_warnings(caught) -> list[str]:
     return [str(w.message) for w in caught if "cannot run this convolution" in str(w.message)]
 
 
+def check_left_to_pytorch(algo: int, form, x: torch.Tensor, w: torch.Tensor) -> None:
+    """A convolution stock PyTorch does not send to cuDNN (fp32/fp64 NCHW depthwise goes to its
+    native kernel) is not ours to change: pinned, our plan never runs and the result is stock's."""
+    stock = form.conv(x, w)
+    before = torch_cudnn_algo.pinned_run_counts()["fwd"]
+    with warnings.catch_warnings(record=True) as caught, torch_cudnn_algo.flags(conv_fwd_algo=algo):
+        warnings.simplefilter("always")
+        out = form.conv(x, w)
+    torch.cuda.synchronize()
+    assert torch_cudnn_algo.pinned_run_counts()["fwd"] == before, "our plan ran a convolution stock keeps from cuDNN"
+    assert not refusal_warnings(caught)
+    assert out.stride() == stock.stride() and torch.equal(out, stock)
+
+
 @pytest.mark.parametrize("case", DTYPES, ids=lambda c: c.name)
 @pytest.mark.parametrize("form, layout", form_layouts(), ids=lambda v: getattr(v, "name", v))
 @pytest.mark.parametrize("algo", range(len(FWD_NAMES)), ids=lambda a: f"algo{a}")
@@ -47,7 +61,8 @@ def test_pinned_forward_algorithm(algo, form, layout, case, caplog):
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=case.allow_tf32):
         x, w = make_inputs(form, case, fmt, seed)
         if not reaches_cudnn(form, x, w):
-            pytest.skip("stock PyTorch does not route this convolution to cuDNN")
+            check_left_to_pytorch(algo, form, x, w)
+            return
         expected = reference(form, x, w)
         stock = form.conv(x, w)
         workspace = torch_cudnn_algo.legacy_workspace_sizes(
@@ -85,7 +100,7 @@ def test_refusal_warns_once_per_configuration():
     sizes = torch_cudnn_algo.legacy_workspace_sizes("fwd", x, w, padding=1)
     unsupported = [a for a, b in sizes.items() if b is None]
     if not unsupported:
-        pytest.skip("every forward algorithm supports this convolution")
+        pytest.fail("every forward algorithm supports the test's convolution; the test needs one cuDNN refuses")
     with warnings.catch_warnings(record=True) as caught, torch_cudnn_algo.flags(conv_fwd_algo=unsupported[0]):
         warnings.simplefilter("always")
         for _ in range(3):
@@ -100,7 +115,7 @@ def test_strict_repro_is_copy_paste_runnable(tmp_path):
     sizes = torch_cudnn_algo.legacy_workspace_sizes("fwd", x, w, stride=2)
     unsupported = [a for a, b in sizes.items() if b is None]
     if not unsupported:
-        pytest.skip("every forward algorithm supports this convolution")
+        pytest.fail("every forward algorithm supports the test's convolution; the test needs one cuDNN refuses")
     with torch_cudnn_algo.flags(conv_fwd_algo=unsupported[0], conv_algo_strict=True):
         with pytest.raises(RuntimeError) as info:
             F.conv2d(x, w, stride=2)
@@ -136,11 +151,20 @@ def test_benchmark_mode_does_not_override_pinned_choice(caplog):
 @pytest.mark.parametrize("algo", range(len(FWD_NAMES)))
 def test_every_output_element_is_written(algo):
     """Deterministic mode makes torch fill fresh allocations with NaN: any
-    element the pinned algorithm failed to write would stay NaN."""
-    x = torch.randn(3, 8, 16, 16, device="cuda")
-    w = torch.randn(16, 8, 3, 3, device="cuda")
-    if torch_cudnn_algo.legacy_workspace_sizes("fwd", x, w, padding=1, allow_tf32=False)[algo] is None:
-        pytest.skip(f"algorithm {algo} does not support this convolution")
+    element the pinned algorithm failed to write would stay NaN. On the first
+    convolution the algorithm supports; one that supports none (DIRECT: cuDNN
+    implements it nowhere) must be refused, naming it."""
+    for x_shape, w_shape in ((3, 8, 16, 16), (16, 8, 3, 3)), ((4, 64, 28, 28), (64, 64, 3, 3)):
+        x = torch.randn(x_shape, device="cuda")
+        w = torch.randn(w_shape, device="cuda")
+        if torch_cudnn_algo.legacy_workspace_sizes("fwd", x, w, padding=1, allow_tf32=False)[algo] is not None:
+            break
+    else:
+        with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
+            with torch_cudnn_algo.flags(conv_fwd_algo=algo, conv_algo_strict=True):
+                with pytest.raises(RuntimeError, match=f"conv_fwd_algo = {algo} .*cannot run this convolution"):
+                    F.conv2d(x, w, padding=1)
+        return
     previous = torch.are_deterministic_algorithms_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory
     torch.use_deterministic_algorithms(True)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedPlan, _plan
+from torch_cudnn_algo import Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedExecutionPlan, _plan
 
 pytestmark = pytest.mark.skipif(not torch_cudnn_algo.is_available(), reason="needs the C++ extension")
 
@@ -50,8 +50,8 @@ def frontend_blob(tag: str = "x") -> bytes:
                    "variant_pack_uids": [1, 2, 3], "behavior_notes": [[]]})
 
 
-def built(gpu: str = GPU, cudnn: int = CUDNN, frontend: int = FRONTEND, data: bytes | None = None) -> SerializedPlan:
-    return SerializedPlan(frontend_blob() if data is None else data, gpu, cudnn, frontend)
+def built(gpu: str = GPU, cudnn: int = CUDNN, frontend: int = FRONTEND, data: bytes | None = None) -> SerializedExecutionPlan:
+    return SerializedExecutionPlan(frontend_blob() if data is None else data, gpu, cudnn, frontend)
 
 
 def blob_plan(**kwargs: object) -> Plan:
@@ -69,12 +69,11 @@ def here(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def blob_labels() -> list[str]:
-    return list(torch_cudnn_algo._extension.ops().plan_blob_labels())
+    return torch_cudnn_algo._ops.plan_blob_labels()
 
 
 def in_force() -> dict[str, str]:
-    labels, choices, _runs = torch_cudnn_algo._extension.ops().plan_choices_in_force()
-    return dict(zip(labels, choices))
+    return {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_choices_in_force()}
 
 
 def test_round_trip_keeps_the_blob_readably_beside_the_choice(tmp_path: Path) -> None:
@@ -265,22 +264,24 @@ def test_an_execution_plan_needs_an_engine_choice() -> None:
 
 
 def test_the_extension_refuses_a_blob_on_a_legacy_choice() -> None:
-    ops = torch_cudnn_algo._extension.ops()
+    ops = torch_cudnn_algo._ops
     spec = torch_cudnn_algo.ConvSpec.parse(FWD)
-    blob = torch.frombuffer(bytearray(frontend_blob()), dtype=torch.uint8)
     with pytest.raises(ValueError, match="no engine configuration"):
-        ops.stage_plan_choice(spec.direction, *spec.op_args(), "1", FWD, blob, GPU)
+        ops.stage_plan_choice(spec, "1", FWD, frontend_blob(), GPU)
+    # The operator's own check of what carries the bytes, under the typed wrapper.
+    blob = torch.frombuffer(bytearray(frontend_blob()), dtype=torch.uint8)
     with pytest.raises(ValueError, match="1-d uint8 CPU tensor"):
-        ops.stage_plan_choice(spec.direction, *spec.op_args(), "eng0", FWD, blob.float(), GPU)
+        torch.ops.torch_cudnn_algo.stage_plan_choice(spec.direction, *spec.op_args(), "eng0", FWD, blob.float(),
+                                                     GPU)
     ops.discard_plan_choices()
 
 
-def test_plan_build_counts_are_there_without_a_gpu() -> None:
-    counts = torch_cudnn_algo.plan_build_counts()
+def test_execution_plan_counts_are_there_without_a_gpu() -> None:
+    counts = torch_cudnn_algo.execution_plan_counts()
     assert set(counts) == {"built", "built_by_heuristics", "deserialized", "prefetched", "deserialize_failed",
                            "build_us", "deserialize_us"}
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())
-    ops = torch_cudnn_algo._extension.ops()
+    ops = torch_cudnn_algo._ops
     assert ops.cudnn_frontend_version() >= 13200 and ops.cudnn_runtime_version() > 0
 
 

@@ -11,12 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (torchrun, one process per GPU)"),
-]
+pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu]  # torchrun, one process per GPU
 
 JOB = Path(__file__).parent / "jobs" / "plan_distributed_job.py"
 
@@ -38,6 +34,6 @@ def test_every_rank_runs_the_plan_rank_zero_tuned(tmp_path: Path) -> None:
     loader = report["ranks"][1]
     with_blob = loader["with_execution_plan"]
     assert with_blob > 0
-    counts = {k: loader["plan_build_counts"][k] for k in ("built", "deserialized", "deserialize_failed")}
+    counts = {k: loader["execution_plan_counts"][k] for k in ("built", "deserialized", "deserialize_failed")}
     assert counts == {"built": report["configurations"] - with_blob, "deserialized": with_blob,
                       "deserialize_failed": 0}, loader

@@ -14,7 +14,7 @@ import torch
 
 import torch_cudnn_algo
 from conv_cases import ConvForm, reference, reference_grads, relative_error
-from torch_cudnn_algo import _profile
+from torch_cudnn_algo import _ops, _profile
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 pytestmark = pytest.mark.gpu
@@ -99,7 +99,7 @@ def test_profile_has_a_row_per_candidate_and_returns_memory(direction):
 
 def test_profile_reports_energy_where_nvml_has_a_counter():
     if torch_cudnn_algo._nvml.energy_counter(torch.cuda.current_device()) is None:
-        pytest.skip("NVML offers no energy counter here")
+        pytest.fail("NVML offers no energy counter for this GPU; the test needs one")
     table = torch_cudnn_algo.profile("fwd", "32x64x28x28 float16 channels_last", "64x64x3x3 float16 channels_last",
                                      padding=1, reps=5)
     energies = [r.energy_j for r in table if r.ok]
@@ -109,14 +109,14 @@ def test_profile_reports_energy_where_nvml_has_a_counter():
 def test_out_of_memory_marks_the_candidate_and_profiling_goes_on(monkeypatch):
     listed = [c for c in torch_cudnn_algo.list_algorithms("fwd", INPUT, WEIGHT, **CONV) if c.ok]
     victim = listed[0].value
-    real = _profile._Runner.candidate
+    real = _profile._Operands.candidate
 
     def candidate(self, value, execute):
         if execute and value == victim:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(self, value, execute)
 
-    monkeypatch.setattr(_profile._Runner, "candidate", candidate)
+    monkeypatch.setattr(_profile._Operands, "candidate", candidate)
     table = torch_cudnn_algo.profile("fwd", INPUT, WEIGHT, **CONV, reps=3, energy=False)
     assert table.row(victim).status == "out of memory"
     assert sum(r.ok for r in table) >= 5
@@ -133,7 +133,7 @@ def test_fastest_policy_matches_reference_and_logs_its_pick(direction, caplog):
         again = run_direction(direction, x, w, grad)
     assert relative_error(out, expected) < 1e-2
     assert relative_error(again, expected) < 1e-2
-    assert torch.ops.torch_cudnn_algo.profile_decision_count() == 1
+    assert _ops.profile_decision_count() == 1
     picks = [r.getMessage() for r in caplog.records if f"requested {direction} algorithm fastest -> " in r.getMessage()]
     assert len(picks) == 1, [r.getMessage() for r in caplog.records]
 
@@ -164,7 +164,8 @@ def test_pinned_choice_over_the_workspace_limit_is_refused():
     x, w = make_tensors(seed=5)
     needing = [c for c in torch_cudnn_algo.list_algorithms("fwd", x, w, **CONV) if c.ok and c.workspace]
     if not needing:
-        pytest.skip("every candidate runs without workspace here")
+        pytest.fail("every candidate runs the test's convolution without workspace; the test needs one with "
+                    "workspace")
     choice = needing[0]
     cudnn.conv_fwd_algo = choice.value
     cudnn.conv_workspace_limit = choice.workspace - 1
@@ -216,12 +217,12 @@ def test_no_profiling_during_cuda_graph_capture():
         with torch.cuda.graph(graph, stream=stream):
             captured = torch.nn.functional.conv2d(x, w, **CONV)
     torch.cuda.current_stream().wait_stream(stream)
-    assert torch.ops.torch_cudnn_algo.profile_decision_count() == 0  # stock path during capture
+    assert _ops.profile_decision_count() == 0  # stock path during capture
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, expected)
     torch.nn.functional.conv2d(x, w, **CONV)  # outside capture: profiled now
-    assert torch.ops.torch_cudnn_algo.profile_decision_count() == 1
+    assert _ops.profile_decision_count() == 1
     with pytest.raises(RuntimeError, match="during CUDA graph capture"):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
             torch_cudnn_algo.profile("fwd", x, w, **CONV)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
+from torch_cudnn_algo import _ops
 
 cudnn = torch.backends.cudnn
 OP = "aten::cudnn_convolution"
@@ -127,4 +128,4 @@ def test_valid_arguments_reach_the_device_guard():
 def test_run_candidate_validates_before_touching_cudnn(choice, error, message):
     x, w, y = torch.empty(1, 2, 5, 5), torch.empty(3, 2, 3, 3), torch.empty(1, 3, 3, 3)
     with pytest.raises(error, match=message):
-        torch.ops.torch_cudnn_algo.run_candidate("fwd", choice, x, w, y, [0, 0], [1, 1], [1, 1], 1, False, True, True)
+        _ops.run_candidate("fwd", choice, x, w, y, [0, 0], [1, 1], [1, 1], 1, False, True, True)

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 import torch_cudnn_algo
 from conv_cases import ConvForm, DtypeCase, make_inputs, relative_error
+from torch_cudnn_algo import _ops
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 pytestmark = pytest.mark.gpu
@@ -313,8 +314,7 @@ def test_eight_threads_while_the_flags_flip_match_stock():
 
 @pytest.fixture
 def two_devices() -> list[torch.device]:
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA devices")
+    """Tests that take it are marked multi_gpu: they run where two GPUs are."""
     return [torch.device("cuda", 0), torch.device("cuda", 1)]
 
 
@@ -324,23 +324,24 @@ def same_cnn_on_each(devices: list[torch.device]) -> list[torch.nn.Module]:
     return [model] + [copy.deepcopy(model).to(d) for d in devices[1:]]
 
 
+@pytest.mark.multi_gpu
 def test_two_devices_pinned_choices_match_stock_with_a_plan_cache_per_device(two_devices):
     models = same_cnn_on_each(two_devices)
     x, grad = cnn_input(device="cpu", seed=1), cnn_input(device="cpu", seed=2)
     with cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         stock = [eager_step(m, x.to(d), grad.to(d)) for m, d in zip(models, two_devices)]
         with torch_cudnn_algo.flags(conv_algo_strict=True, **ALL_PINNED_1):
-            assert torch.ops.torch_cudnn_algo.plan_cache_size() == 0
+            assert _ops.plan_cache_size() == 0
             before = torch_cudnn_algo.pinned_run_counts()
             pinned0 = eager_step(models[0], x.to(two_devices[0]), grad.to(two_devices[0]))
             ran0 = ran_since(before)
-            size0 = torch.ops.torch_cudnn_algo.plan_cache_size()
+            size0 = _ops.plan_cache_size()
             before = torch_cudnn_algo.pinned_run_counts()
             # cuda:1 while cuda:0 is the current device: the override must follow the tensors.
             assert torch.cuda.current_device() == 0
             pinned1 = eager_step(models[1], x.to(two_devices[1]), grad.to(two_devices[1]))
             ran1 = ran_since(before)
-            size1 = torch.ops.torch_cudnn_algo.plan_cache_size()
+            size1 = _ops.plan_cache_size()
     torch.cuda.synchronize(two_devices[0])
     torch.cuda.synchronize(two_devices[1])
     assert all(t.device == two_devices[1] for t in pinned1)
@@ -352,6 +353,7 @@ def test_two_devices_pinned_choices_match_stock_with_a_plan_cache_per_device(two
     assert size0 > 0 and size1 == 2 * size0, (size0, size1)
 
 
+@pytest.mark.multi_gpu
 def test_two_devices_fastest_matches_stock_with_decisions_per_device(two_devices):
     models = same_cnn_on_each(two_devices)
     x, grad = cnn_input(device="cpu", seed=3), cnn_input(device="cpu", seed=4)
@@ -359,13 +361,13 @@ def test_two_devices_fastest_matches_stock_with_decisions_per_device(two_devices
         stock = [eager_step(m, x.to(d), grad.to(d)) for m, d in zip(models, two_devices)]
         with torch_cudnn_algo.flags(**FASTEST):
             picked0 = eager_step(models[0], x.to(two_devices[0]), grad.to(two_devices[0]))
-            decisions0 = torch.ops.torch_cudnn_algo.profile_decision_count()
+            decisions0 = _ops.profile_decision_count()
             before = torch_cudnn_algo.pinned_run_counts()
             picked1 = eager_step(models[1], x.to(two_devices[1]), grad.to(two_devices[1]))
-            decisions1 = torch.ops.torch_cudnn_algo.profile_decision_count()
+            decisions1 = _ops.profile_decision_count()
             ran1 = ran_since(before)
             again1 = eager_step(models[1], x.to(two_devices[1]), grad.to(two_devices[1]))
-            assert torch.ops.torch_cudnn_algo.profile_decision_count() == decisions1  # cached per device
+            assert _ops.profile_decision_count() == decisions1  # cached per device
     # One configuration per direction (both layers share it): 3 decisions per device.
     assert decisions0 == 3 and decisions1 == 6, (decisions0, decisions1)
     assert sum(ran1.values()) > 0, ran1  # cuda:1 ran its own picks
@@ -429,7 +431,8 @@ def engine_choices(x: torch.Tensor, w: torch.Tensor) -> dict[str, str]:
         configs = torch_cudnn_algo.engine_configs(direction, x, w, padding=1, allow_tf32=False, deterministic=False)
         usable = [c for c in configs if c.refusal is None and c.workspace is not None]
         if not usable:
-            pytest.skip(f"cuDNN offers no usable {direction} engine configuration here")
+            pytest.fail(f"cuDNN offers no usable {direction} engine configuration for the test's CNN layer "
+                        f"({len(configs)} listed); the test needs one")
         choices[FLAG[direction]] = usable[0].name
     return choices
 
@@ -482,19 +485,19 @@ def test_cuda_graph_capture_never_profiles_under_fastest():
         with torch_cudnn_algo.flags(**FASTEST):
             before = torch_cudnn_algo.pinned_run_counts()
             graph, static_results = capture(model, static_x, static_grad, backward=True)
-            assert torch.ops.torch_cudnn_algo.profile_decision_count() == 0
+            assert _ops.profile_decision_count() == 0
             assert sum(ran_since(before).values()) == 0  # stock was captured
             replay(graph, static_x, new_x)
             assert_close_all(static_results, stock, 1e-5, "graph captured under fastest vs stock eager")
 
             # Outside capture the configuration is profiled (once per direction)...
             picked = eager_step(model, new_x, static_grad)
-            assert torch.ops.torch_cudnn_algo.profile_decision_count() == 3
+            assert _ops.profile_decision_count() == 3
             # ...and a new capture runs the cached picks, without profiling again.
             before = torch_cudnn_algo.pinned_run_counts()
             graph2, static_results2 = capture(model, static_x, static_grad, backward=True)
             captured = ran_since(before)
-            assert torch.ops.torch_cudnn_algo.profile_decision_count() == 3
+            assert _ops.profile_decision_count() == 3
             replay(graph2, static_x, new_x)
     assert all(captured[d] > 0 for d in DIRECTIONS), captured
     assert_close_all(picked, stock, 2e-4, "fastest eager vs stock")
@@ -597,10 +600,12 @@ def test_pinned_workspace_out_of_memory_follows_the_refusal_rule(direction):
         grad = torch.randn(1, 256, 80, 128, device=device, generator=torch.Generator(device).manual_seed(14))
         workspace = torch_cudnn_algo.legacy_workspace_sizes(direction, x, w, padding=1, allow_tf32=False)[algo]
         if workspace is None:
-            pytest.skip(f"cuDNN does not support {direction} {name} for this convolution")
+            pytest.fail(f"cuDNN does not support {direction} {name} for the test's convolution; the test needs an "
+                        "algorithm whose workspace it can make unallocatable")
         headroom = workspace // 2  # stock and profile() fit easily, the pinned workspace never does
         if headroom < MIN_HEADROOM:
-            pytest.skip(f"{direction} {name} needs only {workspace} bytes of workspace here")
+            pytest.fail(f"{direction} {name} needs only {workspace} bytes of workspace for the test's convolution; "
+                        f"the test needs more than {2 * MIN_HEADROOM}")
         expected = run_direction(direction, x, w, grad)
         torch.cuda.synchronize()
         baseline = torch.cuda.memory_allocated(device)

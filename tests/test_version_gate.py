@@ -16,7 +16,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from torch_cudnn_algo import _build, _extension
+from torch_cudnn_algo import _build, _extension, _ops
 
 BUILT = {"TORCH": "2.11.0+cu130", "CUDA": "13.0", "CUDNN": "9.19.0"}
 
@@ -98,7 +98,7 @@ def test_libstdcxx_older_than_the_build_is_a_mismatch(tmp_path):
 @pytest.fixture
 def fresh_loader(monkeypatch):
     """_extension as if nothing had been loaded yet (restored afterwards)."""
-    monkeypatch.setattr(_extension, "_ops", None)
+    monkeypatch.setattr(_extension, "_loaded", False)
     monkeypatch.setattr(_extension, "_load_error", None)
     monkeypatch.delenv(_build.SKIP_VERSION_CHECK, raising=False)
     return monkeypatch
@@ -113,7 +113,7 @@ def test_loader_refuses_a_mismatched_build(fresh_loader):
     assert _extension.load_error().startswith("version mismatch: it was built for torch 2.9, ")
     assert imported == []  # _C was never imported
     with pytest.raises(RuntimeError, match="version mismatch"):
-        _extension.ops()
+        _ops.active_overrides()
 
 
 def test_loader_gate_can_be_skipped_and_passes_unknown_builds(fresh_loader):

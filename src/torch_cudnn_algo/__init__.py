@@ -18,8 +18,9 @@ from . import _extension, _flags, _plan, _profile, _warn
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
 from ._flags import flags
-from ._plan import (Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedPlan, current_plan, load_plan,
-                    plan_build_counts, plan_run_counts, use_plan)
+from ._plan import (Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedExecutionPlan, current_plan,
+                    execution_plan_counts, load_plan, plan_entry_run_counts, use_plan)
+from ._plan import SerializedPlan, plan_build_counts, plan_run_counts  # deprecated names, outside __all__
 from ._profile import Candidate, list_algorithms, profile
 from ._queries import (
     EngineConfig,
@@ -47,9 +48,9 @@ __all__ = [
     "PlanEntry",
     "PlanError",
     "PlanMismatchWarning",
-    "SerializedPlan",
     "ProfileRow",
     "ProfileTable",
+    "SerializedExecutionPlan",
     "TensorSpec",
     "active_overrides",
     "choose_fastest",
@@ -57,6 +58,7 @@ __all__ = [
     "cudnn_version",
     "current_plan",
     "engine_configs",
+    "execution_plan_counts",
     "flags",
     "is_available",
     "legacy_algorithm_names",
@@ -65,8 +67,7 @@ __all__ = [
     "load_error",
     "load_plan",
     "pinned_run_counts",
-    "plan_build_counts",
-    "plan_run_counts",
+    "plan_entry_run_counts",
     "profile",
     "tolerance_for",
     "tune",

@@ -4,13 +4,13 @@ measured in a fresh process:
     python -m torch_cudnn_algo._benchmark_child [module:callable] --batch 64 --image-size 224 \\
         --amp fp16 --seed 0 --rounds 7 --steps 20
 
-Stock PyTorch keeps one plan cache for its heuristic and benchmark modes: in a
-process that already ran a configuration with ``benchmark=False``,
-``benchmark=True`` reuses that plan and searches nothing. So the command runs
+Stock PyTorch keeps one cache of execution plans for its heuristic and benchmark
+modes: in a process that already ran a configuration with ``benchmark=False``,
+``benchmark=True`` reuses that execution plan and searches nothing. So the command runs
 this module in a process of its own, with this package's variables
 (``TORCH_CUDNN_CONV_*``, ``TORCH_CUDNN_ALGO_PLAN``) removed from its
 environment, on the same model, inputs, autocast and seed. It times the first
-step (stock's search, with its plan builds), then measures the step as the
+step (stock's search, with its execution plan builds), then measures the step as the
 command measures stock heuristics and the tuned plan (``_step_timing``), and
 prints one line: :data:`RESULT_PREFIX` and a JSON object, ``{"error": ...}``
 when it failed. The parent's side of that protocol is here too
@@ -149,15 +149,15 @@ def _pinned() -> list[str]:
 def measure(args: argparse.Namespace) -> dict:
     import torch
 
-    from . import _step_timing, cli
+    from . import _step_timing, _workload
 
     if not torch.cuda.is_available():
         raise RuntimeError("needs a CUDA GPU, and torch.cuda.is_available() is False here")
     pinned = _pinned()
     if pinned:
         raise RuntimeError(f"not stock PyTorch: {'; '.join(pinned)}")
-    model, inputs = cli.build_workload(args)
-    amp = cli.AMP_DTYPES[args.amp]
+    model, inputs = _workload.build_workload(args)
+    amp = _workload.AMP_DTYPES[args.amp]
 
     def step() -> None:
         _step_timing.training_step(model, inputs, amp)
@@ -176,12 +176,12 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import cli
+    from . import _workload
 
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
                                      description="Stock cudnn.benchmark=True for torch-cudnn-algo tune, "
                                                  "in a fresh process (prints one JSON result line).")
-    cli.workload_arguments(parser)
+    _workload.workload_arguments(parser)
     return parser
 
 

@@ -6,14 +6,14 @@ compiler, name the wheel's version and write ``_build_info.py``; the extension's
 loader (``_extension.load``) uses it at import to refuse, with one warning, an
 extension built for another torch, CUDA, cuDNN or a newer libstdc++.
 
-Two libstdc++ hazards, both measured on the GPU machine's image (issue 12):
+Two libstdc++ hazards:
 
-1. A second, private libstdc++. That image's default ``CXX=/opt/gcc/bin/g++``
-   is a wrapper whose ``-B`` directory holds ``libstdc++.a`` and a *dangling*
-   ``libstdc++.so`` symlink, so the driver's implicit ``-lstdc++`` silently linked
-   the static archive: the extension carried its own copy of libstdc++ (no
-   ``libstdc++.so.6`` among its DT_NEEDED entries, 3 MB instead of 1.6) and died
-   with SIGSEGV in ``std::ostream`` at its first log line. The build therefore
+1. A second, private libstdc++. A compiler wrapper whose ``-B`` directory holds
+   ``libstdc++.a`` and a *dangling* ``libstdc++.so`` symlink (some images' default
+   ``CXX``) makes the driver's implicit ``-lstdc++`` silently link the static
+   archive: the extension then carries its own copy of libstdc++ (no
+   ``libstdc++.so.6`` among its DT_NEEDED entries) and dies with SIGSEGV in
+   ``std::ostream`` at its first log line. The build therefore
    links the libstdc++ this Python loads by soname (``-l:libstdc++.so.6``, from
    its directory), and refuses a linked extension whose DT_NEEDED lacks it
    (``elf_needed``).

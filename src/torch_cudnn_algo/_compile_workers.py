@@ -1,11 +1,11 @@
 """Worker processes that compile cuDNN's runtime-compiled engines while tune() runs.
 
 NVRTC compiles one kernel at a time per process, so a network whose tuning
-builds dozens of runtime-compiled plans (depthwise convolutions) waits on that
-chain; workers compile beside this process and send the plans back serialised
-(``csrc/run/compile_workers.h``). A worker loads torch's libraries and the
-extension without importing torch, nor ``site`` (its ``.pth`` files took ~0.2 s
-of a worker's start on the H100 host), and starts only when the first
+builds dozens of runtime-compiled execution plans (depthwise convolutions) waits
+on that chain; workers compile beside this process and send the execution plans
+back serialized (``csrc/run/compile_workers.h``). A worker loads torch's libraries
+and the extension without importing torch, nor ``site`` (its ``.pth`` files
+would add to every worker's start), and starts only when the first
 runtime-compiled build asks for one.
 
 ``TORCH_CUDNN_ALGO_COMPILE_WORKERS`` sets how many (0: none); by default
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import _extension
+from . import _ops
 
 __all__ = ["DEFAULT_WORKERS", "ENV_VAR", "running", "worker_command", "worker_count"]
 
@@ -73,9 +73,8 @@ def running(enabled: bool = True) -> Iterator[None]:
     if count == 0 or not sys.executable:
         yield
         return
-    ops = _extension.ops()
-    ops.enable_compile_workers(worker_command(), count)
+    _ops.enable_compile_workers(worker_command(), count)
     try:
         yield
     finally:
-        ops.disable_compile_workers()
+        _ops.disable_compile_workers()

@@ -283,21 +283,6 @@ class ConvSpec:
                    bool(geometry.get("transposed", False)), geometry.get("output_padding", 0),
                    x.dtype, channels_last, direction)
 
-    @classmethod
-    def from_request(cls, request: dict[str, object]) -> ConvSpec:
-        """From the extension's description of a cuDNN problem x (*) w = y
-        (``python_request``): a transposed convolution's input is y, its output x."""
-        x, w, y = (tuple(request[k]) for k in ("input", "weight", "output"))  # type: ignore[arg-type]
-        stride, padding, dilation = (tuple(request[k]) for k in ("stride", "padding", "dilation"))  # type: ignore[arg-type]
-        transposed = bool(request["transposed"])
-        output_padding = (0,) * len(stride)
-        if transposed:  # what output_padding made x this size
-            output_padding = tuple(xs - ((ys - 1) * s - 2 * p + d * (k - 1) + 1) for xs, ys, k, s, p, d in
-                                   zip(x[2:], y[2:], w[2:], stride, padding, dilation))
-        return cls(y if transposed else x, w, stride, padding, dilation, int(request["groups"]), transposed,
-                   output_padding, getattr(torch, str(request["dtype"])), bool(request["channels_last"]),
-                   str(request["direction"]))
-
     # -- text ---------------------------------------------------------------
     def __str__(self) -> str:
         spatial = len(self.input) - 2

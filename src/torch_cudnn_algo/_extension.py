@@ -1,4 +1,5 @@
-"""Loading of the C++ extension, which registers ``torch.ops.torch_cudnn_algo``.
+"""Loading of the C++ extension, which registers ``torch.ops.torch_cudnn_algo``
+(called through :mod:`torch_cudnn_algo._ops`, the one module that calls them).
 
 A failed load is remembered, not raised: the flags then stay inert (settable,
 validated, without effect) and :func:`load_error` says why.
@@ -15,11 +16,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any
-
 from . import _build
 
-_ops: Any = None
+_loaded = False
 _load_error: str | None = None
 
 
@@ -58,48 +57,25 @@ def version_gate() -> str | None:
 
 def load() -> None:
     """Imports ``torch_cudnn_algo._C`` once; records the failure reason if any."""
-    global _ops, _load_error
-    if _ops is not None or _load_error is not None:
+    global _loaded, _load_error
+    if _loaded or _load_error is not None:
         return
     try:
-        import torch
+        import torch  # noqa: F401 - the extension's library needs torch's loaded first
 
         mismatch = version_gate()
         if mismatch is not None:
             _load_error = f"version mismatch: {mismatch}"
             return
         importlib.import_module("torch_cudnn_algo._C")
-        _ops = torch.ops.torch_cudnn_algo
+        _loaded = True
     except Exception as exc:  # ImportError, OSError (missing libcudnn), ...
         _load_error = f"{type(exc).__name__}: {exc}"
 
 
-def ops() -> Any:
-    """``torch.ops.torch_cudnn_algo``; raises RuntimeError naming the load failure."""
-    load()
-    if _ops is None:
-        raise RuntimeError(f"torch_cudnn_algo: the C++ extension is not loaded ({_load_error})")
-    return _ops
-
-
-def gpu_ops(caller: str) -> Any:
-    """:func:`ops` for a call that runs cuDNN on the GPU. Without a usable CUDA GPU it
-    raises RuntimeError naming ``caller`` and the reason, instead of the driver error
-    cuDNN's first call would give ("CUDA driver version is insufficient ...")."""
-    import torch
-
-    if torch.version.cuda is None:
-        raise RuntimeError(f"torch_cudnn_algo.{caller} needs a CUDA GPU, and the installed torch "
-                           f"{torch.__version__} is a CPU-only build")
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"torch_cudnn_algo.{caller} needs a CUDA GPU, and torch.cuda.is_available() "
-                           "is False here")
-    return ops()
-
-
 def is_loaded() -> bool:
     load()
-    return _ops is not None
+    return _loaded
 
 
 def load_error() -> str | None:

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from . import _extension, _warn
+from . import _extension, _ops, _warn
 from ._algorithms import BACKWARD_DATA, BACKWARD_FILTER, FORWARD, POLICIES, LegacyDirection, parse_algo_value
 
 __all__ = ["FLAGS", "flags", "get_flag", "install", "set_flag", "warn_environment"]
@@ -81,11 +81,11 @@ def _algo_flag(direction: LegacyDirection) -> Flag:
         if _warn_if_inert(direction.flag, value, None):
             return
         if value in POLICIES:
-            _extension.ops().set_policy(direction.key, value)
+            _ops.set_policy(direction.key, value)
         elif isinstance(value, str):
-            _extension.ops().set_engine(direction.key, value)
+            _ops.set_engine(direction.key, value)
         else:
-            _extension.ops().set_legacy_algo(direction.key, -1 if value is None else value)
+            _ops.set_legacy_algo(direction.key, -1 if value is None else value)
 
     return Flag(
         name=direction.flag,
@@ -130,7 +130,7 @@ def _parse_env_bool(name: str) -> Callable[[str], bool]:
 
 def _apply_strict(value: object) -> None:
     if not _warn_if_inert("conv_algo_strict", value, False):
-        _extension.ops().set_strict(value)
+        _ops.set_strict(value)
 
 
 def _parse_workspace_limit(value: object) -> int | None:
@@ -163,17 +163,17 @@ def _parse_env_workspace_limit(text: str) -> int | None:
 
 def _apply_workspace_limit(value: object) -> None:
     if not _warn_if_inert("conv_workspace_limit", value, None):
-        _extension.ops().set_workspace_limit(-1 if value is None else value)
+        _ops.set_workspace_limit(-1 if value is None else value)
 
 
 def _apply_profile(value: object) -> None:
     if not _warn_if_inert("conv_profile", value, False):
-        _extension.ops().set_profile(value)
+        _ops.set_profile(value)
 
 
 def _apply_knob_search(value: object) -> None:
     if not _warn_if_inert("conv_knob_search", value, False):
-        _extension.ops().set_knob_search(value)
+        _ops.set_knob_search(value)
 
 
 FLAGS: dict[str, Flag] = {

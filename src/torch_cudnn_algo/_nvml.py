@@ -2,7 +2,7 @@
 ``libnvidia-ml.so.1`` (ctypes: no extra package).
 
 The counter (millijoules since driver load, Volta and newer) only moves every
-~100 ms on an H100, so :func:`energy_per_call` measures across whole counter
+~100 ms, so :func:`energy_per_call` measures across whole counter
 updates and runs enough calls to span them.
 """
 

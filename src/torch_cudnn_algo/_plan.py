@@ -16,9 +16,9 @@ made on and when, and the readable configuration strings as keys::
                  {"choice": "eng0_k2=3_k13=0", "time_ms": 0.071, "stock_ms": 0.073, ...}}}
 
 An entry may also carry its choice's execution plan as cuDNN built it
-(``"execution_plan"``: the cuDNN frontend's serialised plan, base64, with the
-GPU model, cuDNN and frontend versions it was made with and its sha256), so
-that a process using the plan rebuilds it instead of querying cuDNN's
+(``"execution_plan"``: the cuDNN frontend's serialized execution plan, base64,
+with the GPU model, cuDNN and frontend versions it was made with and its sha256),
+so that a process using the plan deserializes it instead of querying cuDNN's
 heuristics and compiling; docs/plan_format.md describes the format.
 
 Distributed jobs: let rank 0 tune and save, the other ranks wait and load, so
@@ -41,13 +41,13 @@ from types import TracebackType
 
 import torch
 
-from . import _extension, _flags
+from . import _extension, _flags, _ops
 from ._algorithms import DIRECTIONS
 from ._build import cudnn_version_string
 from ._conv_spec import ConvLike, ConvSpec
 
-__all__ = ["Plan", "PlanEntry", "PlanError", "PlanMismatchWarning", "SerializedPlan", "current_plan", "load_plan",
-           "plan_build_counts", "plan_run_counts", "use_plan"]
+__all__ = ["Plan", "PlanEntry", "PlanError", "PlanMismatchWarning", "SerializedExecutionPlan", "current_plan",
+           "execution_plan_counts", "load_plan", "plan_entry_run_counts", "use_plan"]
 
 FORMAT = "torch-cudnn-algo plan"
 # 1: choices and measures; 2: entries may carry their built execution plan. A
@@ -68,7 +68,7 @@ class PlanMismatchWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class SerializedPlan:
+class SerializedExecutionPlan:
     """An engine configuration's execution plan as cuDNN built it for one
     convolution: the cuDNN frontend's ``Graph::serialize`` bytes, and what they
     were made with. Valid only for that GPU model, cuDNN and frontend version."""
@@ -88,7 +88,7 @@ class SerializedPlan:
                 "base64": base64.b64encode(self.data).decode("ascii")}
 
     @classmethod
-    def from_dict(cls, value: object) -> SerializedPlan:
+    def from_dict(cls, value: object) -> SerializedExecutionPlan:
         """Reads what to_dict wrote; ValueError says what is corrupt."""
         if not isinstance(value, dict):
             raise ValueError(f"execution_plan must be an object, got {value!r}")
@@ -104,14 +104,14 @@ class SerializedPlan:
             data = base64.b64decode(value["base64"], validate=True)
         except (binascii.Error, ValueError) as exc:
             raise ValueError(f"execution_plan is corrupt: not base64 ({exc})") from None
-        plan = cls(data, value["gpu"], value["cudnn"], value["cudnn_frontend"])
-        if len(data) != value["bytes"] or plan.sha256 != value["sha256"].lower():
-            raise ValueError(f"execution_plan is corrupt: {len(data)} bytes with sha256 {plan.sha256}, "
+        built = cls(data, value["gpu"], value["cudnn"], value["cudnn_frontend"])
+        if len(data) != value["bytes"] or built.sha256 != value["sha256"].lower():
+            raise ValueError(f"execution_plan is corrupt: {len(data)} bytes with sha256 {built.sha256}, "
                              f"the file says {value['bytes']} bytes with sha256 {value['sha256']}")
-        return plan
+        return built
 
     def mismatch(self, gpu: str | None, cudnn: int | None, cudnn_frontend: int | None) -> str | None:
-        """Why this plan cannot be loaded where those run, or None."""
+        """Why this execution plan cannot be loaded where those run, or None."""
         if self.gpu != gpu:
             return f"made on a {self.gpu}, this process runs on a {gpu}"
         if self.cudnn != cudnn:
@@ -120,6 +120,10 @@ class SerializedPlan:
             return (f"made with cuDNN frontend {self.cudnn_frontend}, this build of torch-cudnn-algo "
                     f"has frontend {cudnn_frontend}")
         return None
+
+
+SerializedPlan = SerializedExecutionPlan
+"""Deprecated name of :class:`SerializedExecutionPlan`."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ class PlanEntry:
     stock_ms: float | None = None  # stock's configuration, timed in the same run
     workspace: int | None = None  # bytes the choice asks for
     energy_j: float | None = None  # joules per call, when measured
-    execution_plan: SerializedPlan | None = None  # the choice as built, reloaded instead of built
+    execution_plan: SerializedExecutionPlan | None = None  # the choice as built, reloaded instead of built
     execution_plan_unavailable: str | None = None  # why tune() kept no execution plan
 
     def to_dict(self) -> dict[str, object]:
@@ -167,13 +171,12 @@ def _environment() -> dict[str, object]:
 
 def _build_environment() -> tuple[str | None, int | None, int | None]:
     """GPU model, cuDNN and cuDNN frontend versions an execution plan built here
-    is made with, as SerializedPlan records them; None where unknown (no GPU,
+    is made with, as SerializedExecutionPlan records them; None where unknown (no GPU,
     no extension)."""
     if not _extension.is_loaded():
         return None, None, None
-    ops = _extension.ops()
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return gpu, int(ops.cudnn_runtime_version()), int(ops.cudnn_frontend_version())
+    return gpu, _ops.cudnn_runtime_version(), _ops.cudnn_frontend_version()
 
 
 @dataclass
@@ -293,7 +296,7 @@ class Plan:
                     raise ValueError(f"execution_plan_unavailable must be a string, got {unavailable!r}")
                 built = value.get("execution_plan")
                 plan[conv] = PlanEntry(value["choice"], **measures,  # type: ignore[arg-type]
-                                       execution_plan=None if built is None else SerializedPlan.from_dict(built),
+                                       execution_plan=None if built is None else SerializedExecutionPlan.from_dict(built),
                                        execution_plan_unavailable=unavailable)
             except (ValueError, TypeError) as exc:
                 raise fail(f"entry {conv_text!r}: {exc}") from None
@@ -369,7 +372,7 @@ def current_plan() -> Plan | None:
     return _in_force
 
 
-def _loadable_execution_plans(plan: Plan, warn: bool) -> dict[ConvSpec, SerializedPlan]:
+def _loadable_execution_plans(plan: Plan, warn: bool) -> dict[ConvSpec, SerializedExecutionPlan]:
     """The execution plans `plan` carries that this process may load: made for
     its GPU model, cuDNN and frontend. The others are ignored (their choices are
     built as without one), with one warning when `warn`; without a GPU none is
@@ -399,23 +402,21 @@ def _loadable_execution_plans(plan: Plan, warn: bool) -> dict[ConvSpec, Serializ
 def _apply(plan: Plan | None, warn: bool = True) -> None:
     """Puts `plan` in force in the extension, all entries or none."""
     global _in_force
-    ops = _extension.ops()
-    ops.discard_plan_choices()
+    _ops.discard_plan_choices()
     try:
         loadable = _loadable_execution_plans(plan, warn) if plan is not None else {}
         for conv, entry in (plan.entries.items() if plan is not None else ()):
             choice = "" if entry.choice is None else str(entry.choice)
             built = loadable.get(conv)
             if built is None:
-                ops.stage_plan_choice(conv.direction, *conv.op_args(), choice, str(conv))
+                _ops.stage_plan_choice(conv, choice, str(conv))
             else:
-                blob = torch.frombuffer(bytearray(built.data), dtype=torch.uint8)
-                ops.stage_plan_choice(conv.direction, *conv.op_args(), choice, str(conv), blob, built.gpu)
+                _ops.stage_plan_choice(conv, choice, str(conv), built.data, built.gpu)
     except Exception as exc:
-        ops.discard_plan_choices()
+        _ops.discard_plan_choices()
         where = plan.source if plan is not None and plan.source else "the plan"
         raise PlanError(f"{where}: cannot be used: {exc}") from None
-    ops.commit_plan_choices()
+    _ops.commit_plan_choices()
     _in_force = plan
 
 
@@ -445,26 +446,49 @@ class use_plan:  # noqa: N801 - a function-like context manager, as torch.autogr
         _apply(self._previous, warn=False)  # its warnings were given when it was put in use
 
 
-def plan_run_counts() -> dict[str, int]:
-    """Per configuration of the plan in use (its string form), how many calls
+def plan_entry_run_counts() -> dict[str, int]:
+    """Per entry of the plan in use (its configuration's string form), how many calls
     ran its choice since the plan was put in use: what tells "the planned
     algorithm ran" from "it was refused" (warning) or "never met"."""
-    labels, _choices, runs = _extension.ops().plan_choices_in_force()
-    return dict(zip(labels, runs))
+    return {entry.label: entry.runs for entry in _ops.plan_choices_in_force()}
+
+
+def execution_plan_counts() -> dict[str, int]:
+    """How many execution plans of engine configurations this process built from
+    scratch (``"built"``: cuDNN heuristics and engine build, possibly runtime
+    compilation; ``"built_by_heuristics"`` of them needed a heuristics query
+    to find their configuration, a name that does not fix every knob of its
+    engine or one cuDNN cannot build as named), deserialized from a plan's
+    serialized execution plans (``"deserialized"``; ``"prefetched"`` of them were
+    loaded ahead of their first call by the worker threads that the first such
+    call on a device starts), and could not deserialize (``"deserialize_failed"``:
+    then built); ``"build_us"`` and ``"deserialize_us"``: the microseconds those
+    builds and deserializations (failed attempts included) took, added up over
+    threads."""
+    return _ops.plan_build_counts()
+
+
+_deprecation_warned: set[str] = set()
+
+
+def _warn_deprecated(old: str, new: str) -> None:
+    """One DeprecationWarning per process for the old name ``old``."""
+    if old not in _deprecation_warned:
+        _deprecation_warned.add(old)
+        warnings.warn(f"torch_cudnn_algo.{old}() is deprecated; use torch_cudnn_algo.{new}(), which returns "
+                      "the same", DeprecationWarning, stacklevel=3)
+
+
+def plan_run_counts() -> dict[str, int]:
+    """Deprecated name of :func:`plan_entry_run_counts`."""
+    _warn_deprecated("plan_run_counts", "plan_entry_run_counts")
+    return plan_entry_run_counts()
 
 
 def plan_build_counts() -> dict[str, int]:
-    """How many engine-configuration plans this process built from scratch
-    (``"built"``: cuDNN heuristics and engine build, possibly runtime
-    compilation; ``"built_by_heuristics"`` of them needed a heuristics query
-    to find their configuration, a name that does not fix every knob of its
-    engine or one cuDNN cannot build as named), rebuilt from a plan's
-    execution plans (``"deserialized"``; ``"prefetched"`` of them were loaded
-    ahead of their first call by the worker threads that the first such call
-    on a device starts), and could not rebuild from one (``"deserialize_failed"``: then built); ``"build_us"`` and
-    ``"deserialize_us"``: the microseconds those builds and rebuilds (failed
-    attempts included) took, added up over threads."""
-    return dict(_extension.ops().plan_build_counts())
+    """Deprecated name of :func:`execution_plan_counts`."""
+    _warn_deprecated("plan_build_counts", "execution_plan_counts")
+    return execution_plan_counts()
 
 
 def apply_environment() -> None:

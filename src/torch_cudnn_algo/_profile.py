@@ -13,7 +13,6 @@ configuration.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import logging
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from typing_extensions import Unpack
 
-from . import _extension, _flags, _nvml
+from . import _flags, _nvml, _ops
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvLike, Geometry, TensorLike, as_conv_spec
 from ._queries import _direction, _settings, engine_configs
@@ -81,7 +80,7 @@ def list_algorithms(
 ) -> list[Candidate]:
     """Every candidate for a convolution, without executing anything: cuDNN's
     legacy algorithms (support and workspace from cuDNN's workspace query) then
-    the engine configurations its heuristics and fallback list offer (plans
+    the engine configurations its heuristics and fallback list offer (execution plans
     built for their workspace and notes).
 
     The convolution is a :class:`ConvSpec` or its string form
@@ -99,13 +98,12 @@ def list_algorithms(
     conv_spec = as_conv_spec(conv, input, weight, geometry)
     spec = _direction(conv_spec.direction)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    args = conv_spec.op_args()
-    ops = _extension.gpu_ops("list_algorithms")
+    _ops.require_gpu("list_algorithms")
     candidates = []
     for algo, name in enumerate(spec.names):
         if algo in spec.unimplemented:
             continue
-        workspace = ops.legacy_workspace_size(spec.key, *args, allow_tf32, algo)
+        workspace = _ops.legacy_workspace_size(conv_spec, allow_tf32, algo)
         algo_deterministic = algo not in spec.nondeterministic
         if workspace < 0:
             status = "unsupported: cuDNN does not support it for this convolution"
@@ -129,12 +127,11 @@ def list_algorithms(
 def _bypass() -> Iterator[None]:
     """This thread's convolutions take the stock path and are never profiled
     (our own reference and stock timings must not come back to us)."""
-    ops = _extension.ops()
-    previous = ops.set_thread_bypass(True)
+    previous = _ops.set_thread_bypass(True)
     try:
         yield
     finally:
-        ops.set_thread_bypass(previous)
+        _ops.set_thread_bypass(previous)
 
 
 @contextlib.contextmanager
@@ -176,36 +173,16 @@ def _max_rel_error(out: torch.Tensor, reference: torch.Tensor) -> float:
     return error / scale if scale > 0 else error
 
 
-@dataclass
-class _Problem:
-    """A cuDNN problem x (*) w = y as the extension describes it (python_request)."""
-
-    direction: str
-    input: tuple[int, ...]
-    weight: tuple[int, ...]
-    output: tuple[int, ...]
-    padding: tuple[int, ...]
-    stride: tuple[int, ...]
-    dilation: tuple[int, ...]
-    groups: int
-    dtype: str
-    channels_last: bool
-    device: int
-    deterministic: bool
-    allow_tf32: bool
-    transposed: bool
-
-    @property
-    def memory_format(self) -> torch.memory_format:
-        if not self.channels_last:
-            return torch.contiguous_format
-        return torch.channels_last if len(self.input) == 4 else torch.channels_last_3d
+def _memory_format(problem: _ops.ConvRequest) -> torch.memory_format:
+    if not problem.channels_last:
+        return torch.contiguous_format
+    return torch.channels_last if len(problem.input) == 4 else torch.channels_last_3d
 
 
-class _Runner:
+class _Operands:
     """The operands of one problem and the calls that time candidates on them."""
 
-    def __init__(self, problem: _Problem, seed: int) -> None:
+    def __init__(self, problem: _ops.ConvRequest, seed: int) -> None:
         self.problem = problem
         device = torch.device("cuda", problem.device)
         dtype = getattr(torch, problem.dtype)
@@ -213,7 +190,7 @@ class _Runner:
 
         def randn(shape: tuple[int, ...]) -> torch.Tensor:
             t = torch.randn(shape, dtype=dtype, device=device, generator=generator)
-            return t.contiguous(memory_format=problem.memory_format)
+            return t.contiguous(memory_format=_memory_format(problem))
 
         self.x, self.w, self.dy = randn(problem.input), randn(problem.weight), randn(problem.output)
         self.reference = self._stock(self.x.double(), self.w.double(), self.dy.double()).double()
@@ -221,7 +198,7 @@ class _Runner:
                    "bwd_filter": (self.x, self.dy, problem.weight)}
         self.a, self.b, out_shape = a_b_out[problem.direction]
         self.out = torch.empty(out_shape, dtype=dtype, device=device).contiguous(
-            memory_format=problem.memory_format)
+            memory_format=_memory_format(problem))
 
     def _stock(self, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
         """Stock PyTorch's result of the problem's direction on (x, w, dy)."""
@@ -235,12 +212,10 @@ class _Runner:
                                                     False, zeros, p.groups, mask)
         return grads[0] if p.direction == "bwd_data" else grads[1]
 
-    def candidate(self, value: int | str, execute: bool) -> tuple[str, int]:
+    def candidate(self, value: int | str, execute: bool) -> _ops.CandidateRun:
         p = self.problem
-        status, workspace = _extension.ops().run_candidate(
-            p.direction, str(value), self.a, self.b, self.out, p.padding, p.stride, p.dilation,
-            p.groups, p.deterministic, p.allow_tf32, execute)
-        return status, workspace
+        return _ops.run_candidate(p.direction, str(value), self.a, self.b, self.out, p.padding, p.stride,
+                                  p.dilation, p.groups, p.deterministic, p.allow_tf32, execute)
 
     def stock_call(self) -> torch.Tensor:
         return self._stock(self.x, self.w, self.dy)
@@ -250,7 +225,7 @@ def _measure(
     row: ProfileRow,
     run: Callable[[], object],
     output: Callable[[], torch.Tensor],
-    runner: _Runner,
+    operands: _Operands,
     warmup: int,
     reps: int,
     energy: bool,
@@ -258,13 +233,13 @@ def _measure(
     """Times one runnable candidate; an allocation failure or a cuDNN error
     marks the row instead of escaping."""
     try:
-        runner.out.fill_(float("nan"))  # an output the candidate fails to write shows as inf error
+        operands.out.fill_(float("nan"))  # an output the candidate fails to write shows as inf error
         for _ in range(max(1, warmup)):
             run()
         torch.cuda.synchronize()
-        error = _max_rel_error(output(), runner.reference)
+        error = _max_rel_error(output(), operands.reference)
         time_ms = _median_gpu_ms(run, reps)
-        joules = _nvml.energy_per_call(run, runner.problem.device, time_ms) if energy else None
+        joules = _nvml.energy_per_call(run, operands.problem.device, time_ms) if energy else None
     except torch.OutOfMemoryError:
         return dataclasses.replace(row, status="out of memory")
     except RuntimeError as exc:
@@ -273,7 +248,7 @@ def _measure(
 
 
 def _profile_problem(
-    problem: _Problem,
+    problem: _ops.ConvRequest,
     description: str,
     *,
     warmup: int,
@@ -289,13 +264,13 @@ def _profile_problem(
     device = torch.device("cuda", problem.device)
     spec = DIRECTIONS[problem.direction]
     with torch.cuda.device(device), _bypass(), _cudnn_settings(problem.deterministic, problem.allow_tf32):
-        runner = _Runner(problem, seed)
+        operands = _Operands(problem, seed)
         listed: list[ProfileRow] = []
         for algo, name in enumerate(spec.names):
             if algo not in spec.unimplemented:
                 listed.append(ProfileRow(algo, name, "ok", deterministic=algo not in spec.nondeterministic,
-                                         notes=(_legacy_math_type(runner.x.dtype, problem.allow_tf32),)))
-        configs = engine_configs(problem.direction, runner.x, runner.w, stride=problem.stride,
+                                         notes=(_legacy_math_type(operands.x.dtype, problem.allow_tf32),)))
+        configs = engine_configs(problem.direction, operands.x, operands.w, stride=problem.stride,
                                  padding=problem.padding, dilation=problem.dilation, groups=problem.groups,
                                  allow_tf32=problem.allow_tf32, deterministic=problem.deterministic)
         for config in configs:
@@ -304,7 +279,7 @@ def _profile_problem(
                                      notes=config.numerical_notes + config.behavior_notes))
         rows = []
         for row in listed:
-            status, workspace = runner.candidate(row.value, execute=False)
+            status, workspace = operands.candidate(row.value, execute=False)
             row = dataclasses.replace(row, status=status, workspace=None if workspace < 0 else workspace)
             if not row.ok:
                 rows.append(row)
@@ -312,22 +287,22 @@ def _profile_problem(
                 rows.append(dataclasses.replace(row, status="over workspace limit"))
             else:
                 value = row.value
-                rows.append(_measure(row, lambda v=value: runner.candidate(v, execute=True),
-                                     lambda: runner.out, runner, warmup, reps, energy))
+                rows.append(_measure(row, lambda v=value: operands.candidate(v, execute=True),
+                                     lambda: operands.out, operands, warmup, reps, energy))
         stock_output: list[torch.Tensor] = []
         if include_stock:
 
             def stock_run() -> None:
-                stock_output[:] = [runner.stock_call()]
+                stock_output[:] = [operands.stock_call()]
 
             rows.append(_measure(ProfileRow(None, "stock", "ok"), stock_run, lambda: stock_output[0],
-                                 runner, warmup, reps, energy))
-        del runner, stock_output  # everything profiling allocated goes back to the allocator
+                                 operands, warmup, reps, energy))
+        del operands, stock_output  # everything profiling allocated goes back to the allocator
         torch.cuda.synchronize(device)
     environment = {
         "gpu": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
-        "cudnn": _extension.ops().cudnn_runtime_version(),
+        "cudnn": _ops.cudnn_runtime_version(),
         "warmup": warmup,
         "reps": reps,
         "energy": energy,
@@ -371,7 +346,7 @@ def profile(
     Must not be called during CUDA graph capture.
     """
     conv_spec = as_conv_spec(conv, input, weight, geometry)
-    ops = _extension.gpu_ops("profile")
+    _ops.require_gpu("profile")
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError("torch_cudnn_algo.profile cannot run during CUDA graph capture")
     if workspace_limit == "flag":
@@ -379,19 +354,16 @@ def profile(
     elif workspace_limit is not None:
         workspace_limit = _flags.FLAGS["conv_workspace_limit"].parse(workspace_limit)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    request, description = ops.conv_request(conv_spec.direction, *conv_spec.op_args(),
-                                                         deterministic, allow_tf32)
-    return _profile_problem(_Problem(**ast.literal_eval(request)), description, warmup=warmup,
-                            reps=reps, energy=energy, include_stock=include_stock,
-                            workspace_limit=workspace_limit, seed=seed)
+    request, description = _ops.conv_request(conv_spec, deterministic, allow_tf32)
+    return _profile_problem(request, description, warmup=warmup, reps=reps, energy=energy,
+                            include_stock=include_stock, workspace_limit=workspace_limit, seed=seed)
 
 
-def _profile_for_extension(request: str, description: str) -> str:
+def _profile_for_extension(problem: _ops.ConvRequest, description: str) -> str:
     """Called by the extension (conv_profile, the "fastest" policy) the first
     time it meets a configuration: profiles it (no energy: that would add ~0.3 s
     per candidate to a training run), logs the table (INFO under conv_profile,
     DEBUG otherwise) and returns the policy's pick as a flag value, "" for none."""
-    problem = _Problem(**ast.literal_eval(request))
     limit = _flags.get_flag("conv_workspace_limit")
     table = _profile_problem(problem, description, warmup=3, reps=10, energy=False, include_stock=True,
                              workspace_limit=limit, seed=0)
@@ -406,6 +378,4 @@ def _profile_for_extension(request: str, description: str) -> str:
 
 def install_profiler() -> None:
     """Hands :func:`_profile_for_extension` to the extension."""
-    import importlib
-
-    importlib.import_module("torch_cudnn_algo._C")._set_profiler(_profile_for_extension)
+    _ops.set_profiler(_profile_for_extension)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
-from dataclasses import dataclass
-
 import torch
 from typing_extensions import Unpack
 
-from . import _extension
+from . import _ops
 from ._algorithms import DIRECTIONS, LegacyDirection
 from ._conv_spec import ConvLike, Geometry, TensorLike, as_conv_spec
+from ._ops import EngineConfig
 
 __all__ = [
     "EngineConfig",
@@ -35,12 +32,12 @@ def _direction(direction: str) -> LegacyDirection:
 
 def active_overrides() -> list[str]:
     """ATen operators this extension currently overrides (empty when nothing is pinned)."""
-    return list(_extension.ops().active_overrides())
+    return _ops.active_overrides()
 
 
 def pinned_run_counts() -> dict[str, int]:
-    """How many convolution calls ran one of our plans (a pinned choice or the
-    ``"fastest"`` policy's pick), per direction, since the process started.
+    """How many convolution calls ran a pinned choice or the ``"fastest"``
+    policy's pick, per direction, since the process started.
 
     The counts only grow. Their difference around a call tells "the pinned
     algorithm ran" from "PyTorch never sent this convolution to cuDNN" or "the
@@ -50,15 +47,15 @@ def pinned_run_counts() -> dict[str, int]:
         y = model(x)
         ran = torch_cudnn_algo.pinned_run_counts()["fwd"] - before["fwd"]
     """
-    fwd, bwd_data, bwd_filter = _extension.ops().pinned_run_counts()
-    return {"fwd": fwd, "bwd_data": bwd_data, "bwd_filter": bwd_filter}
+    return _ops.pinned_run_counts()
 
 
 def clear_cache() -> None:
-    """Forgets every cached plan and every ``"fastest"`` decision (with the
+    """Forgets what was built to run each configuration (execution plans, legacy
+    algorithm setups) and every ``"fastest"`` decision (with the
     :func:`tuning_log`): the next call per configuration rebuilds (or tunes)
     it and logs (or warns) again."""
-    _extension.ops().clear_plan_cache()
+    _ops.clear_plan_cache()
 
 
 def tuning_log() -> list[dict[str, object]]:
@@ -80,12 +77,12 @@ def tuning_log() -> list[dict[str, object]]:
     allowed: twice stock's configuration's error plus the dtype's tolerance).
 
     Where the time went: ``time_s`` (wall seconds: ``heuristics`` query,
-    plan ``build``, ``build_sum`` (each plan's build added up; builds run in
+    execution plan ``build``, ``build_sum`` (each execution plan's build added up; builds run in
     parallel), ``wait`` (for the builds :func:`tune` started ahead),
     ``operands``, ``warmup``, ``timing``, ``accuracy`` (float64 reference and
     error checks), ``knob_search``), ``prepared_ahead`` (built by
     :func:`tune`'s background threads: ``heuristics`` and ``build`` then ran
-    before ``seconds`` started), ``built`` (plans built), ``built_rtc``,
+    before ``seconds`` started), ``built`` (execution plans built), ``built_rtc``,
     ``listed_rtc`` and ``deferred_rtc`` (runtime-compiled configurations built,
     among the first round's, and left unbuilt), and ``configs``: per
     configuration considered, ``config``, ``rank`` (in the heuristics' list; -1
@@ -94,12 +91,12 @@ def tuning_log() -> list[dict[str, object]]:
     GPU ms, None: not timed) and ``host_us`` (median host µs to enqueue one
     call, None: not timed).
     """
-    return [json.loads(entry) for entry in _extension.ops().tuning_log()]
+    return _ops.tuning_log()
 
 
 def cudnn_version() -> int:
     """cuDNN version loaded in this process, e.g. 91900."""
-    return int(_extension.ops().cudnn_runtime_version())
+    return _ops.cudnn_runtime_version()
 
 
 def legacy_algorithm_names(direction: str = "fwd") -> list[str]:
@@ -117,19 +114,6 @@ def _settings(allow_tf32: bool | None, deterministic: bool | None) -> tuple[bool
     return bool(allow_tf32), bool(deterministic)
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """One cuDNN graph-API engine configuration offered for a convolution."""
-
-    name: str  # assign this to the direction's flag to pin it
-    source: str  # "heuristics_a", "heuristics_b" or "fallback"
-    workspace: int | None  # bytes; None if cuDNN could not build the plan
-    numerical_notes: tuple[str, ...]  # TENSOR_CORE, DOWN_CONVERT_INPUTS, FFT, WINOGRAD, NONDETERMINISTIC, ...
-    behavior_notes: tuple[str, ...]  # RUNTIME_COMPILATION, ...
-    knob_space: str  # the engine's knobs and their ranges, e.g. "k2=0..3 k13=0..1"
-    refusal: str | None  # why pinning it would be refused under the given settings
-
-
 def engine_configs(
     conv: ConvLike,
     input: TensorLike | None = None,
@@ -142,7 +126,7 @@ def engine_configs(
 ) -> list[EngineConfig]:
     """The engine configurations cuDNN offers for a convolution: heuristics
     mode A, mode B, then the fallback list, deduplicated, in that order (mode
-    A's first usable one is what stock PyTorch runs). Plans are built to learn
+    A's first usable one is what stock PyTorch runs). Execution plans are built to learn
     their workspace; no convolution is executed.
 
     The convolution is a :class:`ConvSpec`, its string form
@@ -155,13 +139,8 @@ def engine_configs(
     """
     spec = as_conv_spec(conv, input, weight, geometry)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    columns = _extension.gpu_ops("engine_configs").engine_configs(spec.direction, *spec.op_args(), deterministic, allow_tf32)
-    split = lambda text: tuple(text.split(",")) if text else ()  # noqa: E731
-    return [
-        EngineConfig(name, source, None if workspace < 0 else int(workspace), split(numerical),
-                     split(behavior), knobs, refusal or None)
-        for name, source, workspace, numerical, behavior, knobs, refusal in zip(*columns)
-    ]
+    _ops.require_gpu("engine_configs")
+    return _ops.engine_configs(spec, deterministic, allow_tf32)
 
 
 def legacy_workspace_sizes(
@@ -184,10 +163,9 @@ def legacy_workspace_sizes(
     """
     spec = as_conv_spec(conv, input, weight, geometry)
     allow_tf32, _ = _settings(allow_tf32, deterministic=False)
-    ops = _extension.gpu_ops("legacy_workspace_sizes")
-    args = spec.op_args()
+    _ops.require_gpu("legacy_workspace_sizes")
     sizes: dict[int, int | None] = {}
     for algo in range(len(_direction(spec.direction).names)):
-        bytes_ = ops.legacy_workspace_size(spec.direction, *args, allow_tf32, algo)
+        bytes_ = _ops.legacy_workspace_size(spec, allow_tf32, algo)
         sizes[algo] = None if bytes_ < 0 else int(bytes_)
     return sizes

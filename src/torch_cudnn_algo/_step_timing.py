@@ -31,10 +31,9 @@ MEASURES = ("wall_ms", "gpu_ms", "conv_ms", "energy_j")
 _CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
 _WARMUP_STEPS = 3
 _PROFILED_STEPS = 2
-# NVML's counter moves every ~100 ms on an H100. energy_per_call's window can be off by one
-# chunk of calls at each end: one step per chunk and 8 updates (~0.8 s, ~40 steps of 20 ms)
-# keep that within a few percent (2 updates with 2-3 steps per chunk spread 0.96-1.43x
-# between rounds of one mode on an H100).
+# NVML's counter moves only every ~100 ms. energy_per_call's window can be off by one chunk
+# of calls at each end: one step per chunk and 8 counter updates keep that error small, where
+# fewer updates with several steps per chunk vary widely between rounds of one mode.
 _ENERGY_COUNTER_UPDATES = 8
 _ENERGY_TIMEOUT_S = 3.0
 
@@ -119,7 +118,7 @@ def measure_modes(
     """``{mode: {"wall_ms": [...], "gpu_ms": [...], "conv_ms": [...], "energy_j": [...]}}``,
     one value per round; each mode's steps run inside ``modes[mode]()``.
 
-    Every mode is warmed first (plans built, caches filled), and the first step
+    Every mode is warmed first (execution plans built, caches filled), and the first step
     after entering a mode is never timed (it selects again). Wall rounds come
     first, then profiled rounds (so the profiler never runs between wall
     timings), then energy rounds; ``energy_j`` is empty where NVML has no counter

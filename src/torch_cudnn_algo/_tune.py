@@ -21,17 +21,15 @@ rebuilds it instead of compiling (the entry says why where it cannot).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from . import _compile_workers, _extension, _flags, _nvml
+from . import _compile_workers, _flags, _nvml, _ops
 from ._conv_spec import DIRECTION_NAMES, ConvSpec
-from ._plan import Plan, PlanEntry, SerializedPlan
+from ._plan import Plan, PlanEntry, SerializedExecutionPlan
 from ._profile import profile
 from ._table import POLICIES
 
@@ -78,12 +76,11 @@ def _model_state_kept(model: torch.nn.Module) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _recording() -> Iterator[None]:
-    ops = _extension.ops()
-    ops.set_config_recording(True)
+    _ops.set_config_recording(True)
     try:
         yield
     finally:
-        ops.set_config_recording(False)
+        _ops.set_config_recording(False)
 
 
 def collect_configurations(
@@ -103,12 +100,8 @@ def collect_configurations(
             loss = (loss_fn or _default_loss)(output)
             loss.backward()
         torch.cuda.synchronize()
-    configurations = []
-    for text in _extension.ops().recorded_configs():
-        request = ast.literal_eval(text)
-        configurations.append((ConvSpec.from_request(request), bool(request["deterministic"]),
-                               bool(request["allow_tf32"]), int(request["device"])))
-    return configurations
+    return [(request.conv_spec(), request.deterministic, request.allow_tf32, request.device)
+            for request in _ops.recorded_configs()]
 
 
 # tune() with policy "fastest" builds every configuration's candidates ahead, in
@@ -117,8 +110,7 @@ _PREPARE_AHEAD = True
 
 
 def _decide_fastest(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> PlanEntry:
-    entry = json.loads(_extension.ops().tune_fastest_conv(spec.direction, *spec.op_args(), deterministic,
-                                                          allow_tf32))
+    entry = _ops.tune_fastest_conv(spec, deterministic, allow_tf32)
     return PlanEntry(entry["pick"], entry["pick_ms"], entry["stock_config_ms"], entry["workspace"])
 
 
@@ -136,15 +128,14 @@ def _decide_from_table(spec: ConvSpec, deterministic: bool, allow_tf32: bool, po
 
 def _with_execution_plan(spec: ConvSpec, deterministic: bool, allow_tf32: bool, entry: PlanEntry) -> PlanEntry:
     """`entry` with its choice's execution plan as built on the current device
-    (the tuner's plan, already in the plan cache), or with why there is none."""
+    (the tuner's, already built), or with why there is none."""
     if not isinstance(entry.choice, str):  # a legacy algorithm or stock's path: nothing to keep
         return entry
-    ops = _extension.ops()
-    data, why_not = ops.plan_blob(spec.direction, *spec.op_args(), deterministic, allow_tf32, entry.choice)
+    data, why_not = _ops.plan_blob(spec, deterministic, allow_tf32, entry.choice)
     if why_not:
         return dataclasses.replace(entry, execution_plan_unavailable=why_not)
-    built = SerializedPlan(bytes(data.tolist()), torch.cuda.get_device_name(), int(ops.cudnn_runtime_version()),
-                           int(ops.cudnn_frontend_version()))
+    built = SerializedExecutionPlan(data, torch.cuda.get_device_name(), _ops.cudnn_runtime_version(),
+                                    _ops.cudnn_frontend_version())
     return dataclasses.replace(entry, execution_plan=built)
 
 
@@ -188,7 +179,7 @@ def tune(
     if unknown or not directions:
         raise ValueError(f"directions must be a non-empty subset of {', '.join(DIRECTION_NAMES)}, "
                          f"got {tuple(directions)!r}")
-    _extension.gpu_ops("tune")
+    _ops.require_gpu("tune")
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError("torch_cudnn_algo.tune cannot run during CUDA graph capture")
     if policy == "lowest_energy" and _nvml.energy_counter(torch.cuda.current_device()) is None:
@@ -207,15 +198,14 @@ def tune(
 def _decide_all(configurations: Sequence[Configuration], plan: Plan, policy: str, progress: bool,
                 execution_plans: bool) -> None:
     """Decides every configuration into ``plan`` (see :func:`tune`)."""
-    ops = _extension.ops()
     try:
         if policy == "fastest" and _PREPARE_AHEAD:
-            # Every configuration's candidate plans are built in background threads,
+            # Every configuration's candidates are built in background threads,
             # configurations side by side; each is timed once its own are built,
             # while the threads build the ones after it.
             for spec, deterministic, allow_tf32, device in configurations:
                 with torch.cuda.device(device):
-                    ops.prepare_fastest_conv(spec.direction, *spec.op_args(), deterministic, allow_tf32)
+                    _ops.prepare_fastest_conv(spec, deterministic, allow_tf32)
         for spec, deterministic, allow_tf32, device in _progress(configurations, progress):
             with torch.cuda.device(device):
                 if policy == "fastest":
@@ -226,4 +216,4 @@ def _decide_all(configurations: Sequence[Configuration], plan: Plan, policy: str
                     entry = _with_execution_plan(spec, deterministic, allow_tf32, entry)
                 plan[spec] = entry
     finally:
-        ops.cancel_prepared_fastest()  # an interrupted tune() leaves no thread building
+        _ops.cancel_prepared_fastest()  # an interrupted tune() leaves no thread building

@@ -14,17 +14,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib
 import os
 import statistics
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
 from . import _benchmark_child, _build, _step_timing
+from ._workload import AMP_DTYPES, DEFAULT_NET_TEXT, build_workload, workload_arguments
 
 EXIT_NO_GPU = 2
 DEFAULT_PLAN_PATH = "torch-cudnn-algo-plan.json"
@@ -164,46 +164,6 @@ def _profile(args: argparse.Namespace) -> int:
 
 # -- tune ------------------------------------------------------------------------
 
-def _load_callable(spec: str) -> Callable[[], object]:
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"model must be given as module:callable, got {spec!r}")
-    sys.path.insert(0, os.getcwd())  # a module beside the user, as `python -m` would find it
-    target: object = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"{spec} is not callable")
-    return target  # type: ignore[return-value]
-
-
-def _user_model(spec: str) -> tuple[torch.nn.Module, tuple[object, ...]]:
-    made = _load_callable(spec)()
-    if not (isinstance(made, tuple) and len(made) == 2 and callable(made[0])):
-        raise ValueError(f"{spec} must return (model, example_inputs), got {type(made).__name__}")
-    model, inputs = made
-    return model, (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
-
-
-def _default_model(args: argparse.Namespace) -> tuple[torch.nn.Module, tuple[object, ...]]:
-    from torch_cudnn_algo._default_net import DefaultNet, default_example_inputs
-
-    model = DefaultNet().cuda().to(memory_format=torch.channels_last)
-    return model, (default_example_inputs(args.batch, args.image_size, "cuda"),)
-
-
-def build_workload(args: argparse.Namespace) -> tuple[torch.nn.Module, tuple[object, ...]]:
-    """The model and example inputs of ``args`` (``model``, ``batch``, ``image_size``), the
-    global RNG seeded with ``seed`` first: the tune command and its benchmark child build the
-    same weights."""
-    torch.manual_seed(args.seed)
-    return _user_model(args.model) if args.model else _default_model(args)
-
-
-AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}
-
-DEFAULT_NET_TEXT = ("default network (mixed CNN: ResNet stem and 3x3/1x1 bottlenecks, ResNeXt grouped 3x3, "
-                    "inverted residuals with depthwise 3x3/5x5 and squeeze-excite)")
 BENCHMARK_LABEL = "stock benchmark=True (fresh process)"
 BENCHMARK_MODULE = _benchmark_child.MODULE
 TUNE_DESCRIPTION = """\
@@ -213,9 +173,10 @@ the training step three ways:
 
   stock heuristics                       this process, torch.backends.cudnn.benchmark=False
   stock benchmark=True (fresh process)   a child process (python -m torch_cudnn_algo._benchmark_child)
-                                         with the same model, inputs, autocast and seed; stock shares
-                                         one plan cache between its two modes, so benchmark=True is
-                                         only a search in a process that never ran these convolutions
+                                         with the same model, inputs, autocast and seed; stock keeps
+                                         one cache of execution plans for its two modes, so
+                                         benchmark=True searches only in a process that never ran
+                                         these convolutions
   tuned plan                             this process, the plan in use; it alternates with stock
                                          heuristics round by round
 
@@ -323,10 +284,10 @@ def format_summary(heuristics: StepRow, benchmark: StepRow, tuned: StepRow, *, r
         f"wall: {steps} eager steps per round. GPU: every kernel's duration summed over 2 steps under "
         "torch.profiler (no launch gaps); conv GPU: the convolution ops' kernels alone. J/step: NVML's energy "
         f"counter over whole eager steps{energy_note}. decide s: tune() for the tuned plan (its recording pass, a "
-        "first step on stock's heuristics, included); the first step for benchmark=True (its search and plan "
-        "builds).",
-        f"The benchmark=True row comes from another process (python -m {BENCHMARK_MODULE}): stock shares one plan "
-        "cache between benchmark=True and its heuristics, so benchmark=True searches only in a process that never "
+        "first step on stock's heuristics, included); the first step for benchmark=True (its search and "
+        "execution plan builds).",
+        f"The benchmark=True row comes from another process (python -m {BENCHMARK_MODULE}): stock shares one "
+        "cache of execution plans between benchmark=True and its heuristics, so benchmark=True searches only in a process that never "
         "ran these convolutions. Its rounds did not alternate with the other two rows', so the tuned plan is "
         "compared with it by medians, and with stock heuristics by per-round ratios.",
     ]
@@ -483,25 +444,6 @@ def build_parser() -> argparse.ArgumentParser:
                            "loading it compiles nothing (default: on)")
     tune.set_defaults(run=_tune)
     return parser
-
-
-def workload_arguments(parser: argparse.ArgumentParser) -> None:
-    """What the tune command times and its benchmark=True child repeats: the model, its
-    inputs and autocast, the seed, the timing rounds, energy."""
-    parser.add_argument("model", nargs="?", help="module:callable returning (model, example_inputs) on the GPU "
-                        "(found from the current directory); default: the embedded " + DEFAULT_NET_TEXT)
-    parser.add_argument("--batch", type=int, default=64, help="batch of the default network (default 64)")
-    parser.add_argument("--image-size", type=int, default=224, help="image size of the default network (default 224)")
-    parser.add_argument("--amp", choices=tuple(AMP_DTYPES), default="fp16",
-                        help="autocast dtype of the training step (fp32: no autocast); default fp16")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="torch.manual_seed before the model is built, in every process (default 0)")
-    parser.add_argument("--rounds", type=int, default=7, help="timing rounds per mode (default 7); stock "
-                        "heuristics and the tuned plan alternate within each")
-    parser.add_argument("--steps", type=int, default=20, help="training steps per wall-time round (default 20)")
-    parser.add_argument("--energy", action=argparse.BooleanOptionalAction, default=True,
-                        help="NVML energy per step, where the GPU has the counter (default: on; about 1 s "
-                             "per mode and round)")
 
 
 def _directions_argument(text: str) -> str:

@@ -14,13 +14,14 @@ configurations) of the fp16 channels-last forward convolution.
 from __future__ import annotations
 
 import argparse
+import statistics
+from collections.abc import Callable
 
 import torch
 
 import torch_cudnn_algo
 from torch_cudnn_algo import _build
 from torch_cudnn_algo._algorithms import DIRECTIONS
-from torch_cudnn_algo._timing import median_ms
 
 CASES = [
     # name, input shape, weight shape, padding, memory format, dtype
@@ -28,6 +29,21 @@ CASES = [
     ("2d fp16 NHWC 3x3", (32, 64, 56, 56), (64, 64, 3, 3), 1, torch.channels_last, torch.float16),
     ("3d fp32 (TF32 off) 3x3x3", (4, 32, 16, 28, 28), (32, 32, 3, 3, 3), 1, torch.contiguous_format, torch.float32),
 ]
+
+
+def median_ms(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> float:
+    """Median GPU time of ``fn()`` in milliseconds, each call timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def direction_pass(direction: str, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor, padding: int):

@@ -37,7 +37,7 @@ from torch import nn
 import torch_cudnn_algo
 
 BATCH, IMAGE = 8, 64
-COUNTS = ("built", "deserialized", "prefetched", "deserialize_failed")  # plan_build_counts()'s counts
+COUNTS = ("built", "deserialized", "prefetched", "deserialize_failed")  # execution_plan_counts()'s counts
 SETTLE_S = 3.0  # the workers load this network's blobs in well under a second (H100)
 
 
@@ -66,9 +66,7 @@ def step(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def graph_plans() -> list[dict]:
-    names = ("direction", "conv", "engine", "choice", "refusal", "workspace", "deserialized")
-    columns = torch_cudnn_algo._extension.ops().graph_plans()
-    return [dict(zip(names, row)) for row in zip(*columns)]
+    return [summary._asdict() for summary in torch_cudnn_algo._ops.graph_plans()]
 
 
 def main(argv: list[str]) -> dict:
@@ -86,7 +84,7 @@ def main(argv: list[str]) -> dict:
             outputs_path = argv[1]
             plan = torch_cudnn_algo.current_plan()
             assert plan is not None, "TORCH_CUDNN_ALGO_PLAN was not applied"
-        before = torch_cudnn_algo.plan_build_counts()
+        before = torch_cudnn_algo.execution_plan_counts()
         captured = None
         if argv[0] == "settle":
             with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
@@ -96,12 +94,12 @@ def main(argv: list[str]) -> dict:
         elif argv[0] == "capture":
             captured = captured_logits(model, x)
         outputs = step(model, x)
-    after = torch_cudnn_algo.plan_build_counts()
+    after = torch_cudnn_algo.execution_plan_counts()
     report = {
         "counts_before_step": {k: before[k] for k in COUNTS},
         "counts": {k: after[k] for k in COUNTS},
         "microseconds": {k: after[k] - before[k] for k in ("build_us", "deserialize_us")},
-        "runs": torch_cudnn_algo.plan_run_counts(),
+        "runs": torch_cudnn_algo.plan_entry_run_counts(),
         "graph_plans": graph_plans(),
         "entries": {str(c): e.choice for c, e in plan.entries.items()},
         "with_execution_plan": sorted(str(c) for c, e in plan.entries.items() if e.execution_plan is not None),

@@ -8,7 +8,7 @@ should build only the entries without one).
     torchrun --nproc-per-node 2 tests/jobs/plan_distributed_job.py OUT_DIR
 
 Writes OUT_DIR/result.json (rank 0); exits non-zero when the ranks differ.
-The pattern users follow (README, "Distributed jobs"): tune the bare model
+The pattern users follow (docs/plans.md, "Distributed jobs"): tune the bare model
 before wrapping it in DistributedDataParallel, so rank 0's tuning pass runs no
 collective the other ranks would have to join.
 """
@@ -60,10 +60,11 @@ def main(out_dir: Path) -> int:
         losses.append(loss.item())  # synchronizes
         step_seconds.append(time.perf_counter() - started)
     torch.cuda.synchronize()
-    labels, choices, runs = torch_cudnn_algo._extension.ops().plan_choices_in_force()
+    in_force = torch_cudnn_algo._ops.plan_choices_in_force()
     mine = {"rank": rank, "gpu": torch.cuda.get_device_name(), "device": local_rank,
-            "choices": dict(zip(labels, choices)), "runs": dict(zip(labels, runs)), "losses": losses,
-            "first_step_s": step_seconds[0], "plan_build_counts": torch_cudnn_algo.plan_build_counts(),
+            "choices": {e.label: e.choice for e in in_force}, "runs": {e.label: e.runs for e in in_force},
+            "losses": losses,
+            "first_step_s": step_seconds[0], "execution_plan_counts": torch_cudnn_algo.execution_plan_counts(),
             "with_execution_plan": sum(1 for e in plan.entries.values() if e.execution_plan is not None)}
     everyone: list[dict] = [None] * world  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)
@@ -76,7 +77,7 @@ def main(out_dir: Path) -> int:
                   "every_entry_ran_on_every_rank": all_ran,
                   "distinct_choices": len(set(reference.values())),
                   "ranks": [{k: r[k] for k in ("rank", "gpu", "device", "losses", "first_step_s",
-                                               "plan_build_counts", "with_execution_plan")} |
+                                               "execution_plan_counts", "with_execution_plan")} |
                             {"calls": sum(r["runs"].values())} for r in everyone],
                   "choices": reference}
         (out_dir / "result.json").write_text(json.dumps(result, indent=1))

@@ -58,15 +58,14 @@ def main(batch: int, image_size: int) -> dict:
     x = default_example_inputs(batch, image_size, "cuda")
     logits_plan, grads_plan = step(model, x, amp=True)
     torch.cuda.synchronize()
-    labels, choices, runs = torch_cudnn_algo._extension.ops().plan_choices_in_force()
+    in_force = torch_cudnn_algo._ops.plan_choices_in_force()
     with torch_cudnn_algo.use_plan(None):
         logits_stock, grads_stock = step(model, x, amp=True)
         reference = model.double()
         logits_ref, grads_ref = step(reference, x.double(), amp=False)
     return {
         "plan": plan.source,
-        "entries": [{"conv": label, "choice": choice, "runs": count}
-                    for label, choice, count in zip(labels, choices, runs)],
+        "entries": [{"conv": e.label, "choice": e.choice, "runs": e.runs} for e in in_force],
         "announced": sorted(line.split(" | ")[0] for line in handler.lines if " algorithm plan -> " in line),
         "error_plan": {"logits": rel(logits_plan, logits_ref), "grads": rel(grads_plan, grads_ref)},
         "error_stock": {"logits": rel(logits_stock, logits_ref), "grads": rel(grads_stock, grads_ref)},
