@@ -359,10 +359,10 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
 
     def tune_afresh() -> tuple[dict, dict]:
         torch_cudnn_algo.clear_cache()  # this process forgets its plans, as a new one has none
-        before = dict(ops.compiled_plan_cache_counts())
+        before = dict(ops.execution_plan_cache_counts())
         torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False)
         (entry,) = torch_cudnn_algo.tuning_log()
-        after = dict(ops.compiled_plan_cache_counts())
+        after = dict(ops.execution_plan_cache_counts())
         return entry, {name: after[name] - before[name] for name in after}
 
     entry, first = tune_afresh()

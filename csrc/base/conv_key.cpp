@@ -4,6 +4,7 @@
 
 #include <c10/core/MemoryFormat.h>
 #include <c10/util/strides.h>
+#include <cudnn_frontend/thirdparty/nlohmann/json.hpp>
 
 #include <cstring>
 #include <sstream>
@@ -322,22 +323,24 @@ std::string python_repro(const ConvKey& key, const std::string& choice_literal, 
   return out.str();
 }
 
-std::string python_request(const ConvKey& key) {
-  const char* dtype = torch_dtype_name(key.scalar_type());
-  std::ostringstream out;
-  out << "{'direction': '" << direction_name(key.dir()) << "', 'input': "
-      << python_tuple(key.input()) << ", 'weight': " << python_tuple(key.weight())
-      << ", 'output': " << python_tuple(key.output())
-      << ", 'padding': " << python_tuple(spatial(key.padding, key))
-      << ", 'stride': " << python_tuple(spatial(key.stride, key))
-      << ", 'dilation': " << python_tuple(spatial(key.dilation, key))
-      << ", 'groups': " << key.groups << ", 'dtype': '" << (dtype + 6)  // without "torch."
-      << "', 'channels_last': " << (key.format() != at::MemoryFormat::Contiguous ? "True" : "False")
-      << ", 'device': " << static_cast<int>(key.device)
-      << ", 'deterministic': " << (key.deterministic ? "True" : "False")
-      << ", 'allow_tf32': " << (key.allow_tf32 ? "True" : "False")
-      << ", 'transposed': " << (key.transposed ? "True" : "False") << "}";
-  return out.str();
+std::string json_request(const ConvKey& key) {
+  const auto sizes = [](at::IntArrayRef values) { return std::vector<int64_t>(values.begin(), values.end()); };
+  nlohmann::ordered_json request;
+  request["direction"] = direction_name(key.dir());
+  request["input"] = sizes(key.input());
+  request["weight"] = sizes(key.weight());
+  request["output"] = sizes(key.output());
+  request["padding"] = sizes(spatial(key.padding, key));
+  request["stride"] = sizes(spatial(key.stride, key));
+  request["dilation"] = sizes(spatial(key.dilation, key));
+  request["groups"] = key.groups;
+  request["dtype"] = torch_dtype_name(key.scalar_type()) + 6;  // without "torch."
+  request["channels_last"] = key.format() != at::MemoryFormat::Contiguous;
+  request["device"] = static_cast<int>(key.device);
+  request["deterministic"] = key.deterministic;
+  request["allow_tf32"] = key.allow_tf32;
+  request["transposed"] = key.transposed;
+  return request.dump();
 }
 
 }  // namespace torch_cudnn_algo

@@ -131,11 +131,11 @@ std::string describe_conv(const ConvKey& key);
 // given as the Python literal the flag is assigned ("1  # IMPLICIT_PRECOMP_GEMM").
 std::string python_repro(const ConvKey& key, const std::string& choice_literal, bool strict);
 
-// The cuDNN problem as a Python dict literal, what the Python profiler reads:
-// {'direction': 'fwd', 'input': (x sizes), 'weight': ..., 'output': (y sizes),
-//  'padding': ..., 'stride': ..., 'dilation': ..., 'groups': 1, 'dtype': 'float16',
-//  'channels_last': True, 'device': 0, 'deterministic': False, 'allow_tf32': True,
-//  'transposed': False}
-std::string python_request(const ConvKey& key);
+// The cuDNN problem as a JSON object, what the Python profiler and tune() read:
+// {"direction": "fwd", "input": [x sizes], "weight": [...], "output": [y sizes],
+//  "padding": [...], "stride": [...], "dilation": [...], "groups": 1, "dtype": "float16",
+//  "channels_last": true, "device": 0, "deterministic": false, "allow_tf32": true,
+//  "transposed": false}
+std::string json_request(const ConvKey& key);
 
 }  // namespace torch_cudnn_algo

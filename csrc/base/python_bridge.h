@@ -42,7 +42,7 @@ class WithoutGil {
 };
 
 // Calls the profiler the Python package installed (torch_cudnn_algo._C.
-// _set_profiler) with `request` (a Python dict literal, see python_request) and
+// _set_profiler) with `request` (a JSON object, see json_request) and
 // the convolution's description, and returns its answer: the flag value of the candidate to run, "" for the
 // stock path. nullopt when no profiler is installed or it raised (the profiler
 // reports its own failures; an exception escaping it becomes a warning).

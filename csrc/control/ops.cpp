@@ -5,6 +5,7 @@
 #include "base/cudnn_handle.h"
 #include "base/legacy_algorithms.h"
 #include "base/python_bridge.h"
+#include "control/conv_argument.h"
 #include "control/overrides.h"
 #include "decide/config_recording.h"
 #include "decide/fastest_tuner.h"
@@ -24,6 +25,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cudnn_frontend/thirdparty/nlohmann/json.hpp>
 #include <cudnn_frontend_version.h>
 #include <torch/library.h>
 
@@ -35,6 +37,13 @@
 
 namespace torch_cudnn_algo {
 namespace {
+
+using Json = nlohmann::ordered_json;  // keys in the order written
+
+// A result as JSON text, the one encoding of structured results.
+std::string dump(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 void set_legacy_algo(const std::string& direction, int64_t algo) {
   TORCH_CHECK_VALUE(algo >= kNoChoice && algo < 1024, "torch_cudnn_algo: algorithm ", algo,
@@ -141,7 +150,7 @@ std::vector<std::string> get_active_overrides() {
   return registered_override_names();
 }
 
-void clear_plan_cache() {
+void clear_runner_cache() {
   cancel_prepared_fastest();  // its threads fill the graph runner cache
   clear_legacy_runners();
   clear_graph_runners();
@@ -149,57 +158,16 @@ void clear_plan_cache() {
   clear_tuning_log();
 }
 
-int64_t plan_cache_size() {
+int64_t runner_cache_size() {
   return static_cast<int64_t>(legacy_runner_count() + graph_runner_count());
-}
-
-// The key of a user-level convolution (as F.convNd / F.conv_transposeNd take it)
-// run in `direction` with `algo`; validates everything first.
-ConvKey user_conv_key(const std::string& direction, int64_t algo, const at::Tensor& input,
-                      const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
-                      at::IntArrayRef dilation, int64_t groups, bool transposed,
-                      at::IntArrayRef output_padding, bool deterministic, bool allow_tf32,
-                      std::optional<at::Device> device = std::nullopt) {
-  const Direction dir = parse_direction(direction);
-  TORCH_CHECK_VALUE(algo >= 0 && algo < legacy_algo_count(dir), "torch_cudnn_algo: ", direction,
-                    " legacy algorithm must be in [0, ", legacy_algo_count(dir), "), got ", algo);
-  TORCH_CHECK_VALUE(input.dim() != 3,
-                    "torch_cudnn_algo: describe a 1-d convolution as 2-d [N, C, 1, L]");
-  const auto format = stock_conv_memory_format(input, weight);
-  if (!transposed) {
-    check_conv_arguments(input, weight, padding, stride, dilation, groups);
-    const ConvProblem problem{input.sizes(), weight.sizes(), padding, stride, dilation, groups};
-    return make_conv_key(dir, static_cast<int>(algo), problem, input.scalar_type(),
-                         device.value_or(input.device()), deterministic, allow_tf32, format);
-  }
-  check_transposed_arguments(input, weight, padding, output_padding, stride, dilation, groups);
-  const auto x_sizes = conv_transpose_output_sizes(input.sizes(), weight.sizes(), padding,
-                                                   output_padding, stride, dilation, groups);
-  const ConvProblem problem{at::IntArrayRef(x_sizes.data(), input.dim()), weight.sizes(), padding,
-                            stride, dilation, groups, /*transposed=*/true, output_padding};
-  return make_conv_key(dir, static_cast<int>(algo), problem, input.scalar_type(),
-                       device.value_or(input.device()), deterministic, allow_tf32, format);
-}
-
-// The CUDA device a query is about: the tensors' own or, for meta tensors (a
-// description: nothing allocated), the current one.
-at::Device query_device(const at::Tensor& input, const char* op) {
-  TORCH_CHECK(input.is_cuda() || input.is_meta(), "torch_cudnn_algo: ", op,
-              " needs CUDA or meta tensors, got ", input.device());
-  return input.is_meta() ? at::Device(at::kCUDA, c10::cuda::current_device()) : input.device();
 }
 
 // Workspace bytes `algo` needs for this convolution, or -1 when cuDNN does not
 // support it. Queries cuDNN only; executes nothing.
-int64_t legacy_workspace_size_op(const std::string& direction, const at::Tensor& input,
-                                 const at::Tensor& weight, at::IntArrayRef padding,
-                                 at::IntArrayRef stride, at::IntArrayRef dilation,
-                                 int64_t groups, bool transposed, at::IntArrayRef output_padding,
-                                 bool allow_tf32, int64_t algo) {
-  const at::Device device = query_device(input, "legacy_workspace_size");
-  const ConvKey key = user_conv_key(direction, algo, input, weight, padding, stride, dilation,
-                                    groups, transposed, output_padding, /*deterministic=*/false,
-                                    allow_tf32, device);
+int64_t legacy_workspace_size_op(const std::string& conv_json, bool allow_tf32, int64_t algo) {
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const at::Device device = query_device(conv.input, "legacy_workspace_size");
+  const ConvKey key = user_conv_key(conv, algo, /*deterministic=*/false, allow_tf32, device);
   if (!legacy_algo_is_implemented(key.dir(), key.algo)) return -1;
   const c10::cuda::CUDAGuard device_guard(device);
   const auto bytes = legacy_workspace_size(key);
@@ -208,99 +176,45 @@ int64_t legacy_workspace_size_op(const std::string& direction, const at::Tensor&
 
 // The description and Python repro a refusal would print for this convolution.
 // Needs no GPU: only sizes, dtype and layout are read (meta tensors work).
-std::tuple<std::string, std::string> describe_convolution(
-    const std::string& direction, int64_t algo, const at::Tensor& input, const at::Tensor& weight,
-    at::IntArrayRef padding, at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
-    bool transposed, at::IntArrayRef output_padding, bool deterministic, bool allow_tf32,
-    bool strict) {
-  const ConvKey key = user_conv_key(direction, algo, input, weight, padding, stride, dilation,
-                                    groups, transposed, output_padding, deterministic, allow_tf32);
+std::tuple<std::string, std::string> describe_convolution(const std::string& conv_json, int64_t algo,
+                                                          bool deterministic, bool allow_tf32, bool strict) {
+  const ConvKey key = user_conv_key(parse_conv_argument(conv_json), algo, deterministic, allow_tf32);
   return {describe_conv(key),
           python_repro(key, std::to_string(algo) + "  # " + legacy_algo_name(key.dir(), key.algo),
                        strict)};
 }
 
-using EngineTable = std::tuple<std::vector<std::string>, std::vector<std::string>,
-                               std::vector<int64_t>, std::vector<std::string>,
-                               std::vector<std::string>, std::vector<std::string>,
-                               std::vector<std::string>>;
-
-// The engine configurations cuDNN offers for a convolution, as columns: name,
-// source, workspace bytes (-1 unknown), numerical notes, behaviour notes, knob
-// space, refusal under the current precision/determinism settings.
-EngineTable engine_configs(const std::string& direction, const at::Tensor& input,
-                           const at::Tensor& weight, at::IntArrayRef padding,
-                           at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
-                           bool transposed, at::IntArrayRef output_padding, bool deterministic,
-                           bool allow_tf32) {
-  const at::Device device = query_device(input, "engine_configs");
-  const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation,
-                                    groups, transposed, output_padding, deterministic, allow_tf32,
-                                    device);
+// The engine configurations cuDNN offers for a convolution, as a JSON array of
+// {"name", "source", "workspace" (bytes, -1 unknown), "numerical_notes",
+// "behavior_notes", "knob_space", "refusal" (under the current
+// precision/determinism settings, "" for none)}.
+std::string engine_configs(const std::string& conv_json, bool deterministic, bool allow_tf32) {
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const at::Device device = query_device(conv.input, "engine_configs");
+  const ConvKey key = user_conv_key(conv, 0, deterministic, allow_tf32, device);
   const c10::cuda::CUDAGuard device_guard(device);
-  EngineTable table;
-  auto& [names, sources, workspaces, numerical, behavior, knobs, refusals] = table;
-  const auto join = [](const std::vector<std::string>& notes) {
-    std::string out;
-    for (const auto& note : notes) out += (out.empty() ? "" : ",") + note;
-    return out;
-  };
+  Json table = Json::array();
   for (const auto& candidate : list_engine_candidates(key)) {
-    names.push_back(candidate.name);
-    sources.push_back(candidate.source);
-    workspaces.push_back(candidate.workspace);
-    numerical.push_back(join(candidate.numerical_notes));
-    behavior.push_back(join(candidate.behavior_notes));
-    knobs.push_back(candidate.knob_space);
-    refusals.push_back(candidate.refusal);
+    Json row;
+    row["name"] = candidate.name;
+    row["source"] = candidate.source;
+    row["workspace"] = candidate.workspace;
+    row["numerical_notes"] = candidate.numerical_notes;
+    row["behavior_notes"] = candidate.behavior_notes;
+    row["knob_space"] = candidate.knob_space;
+    row["refusal"] = candidate.refusal;
+    table.push_back(std::move(row));
   }
-  return table;
+  return dump(table);
 }
 
 // The cuDNN problem of a user-level convolution, as the profiler reads it (a
-// Python dict literal, see python_request), and its one-line description.
-std::tuple<std::string, std::string> conv_request(
-    const std::string& direction, const at::Tensor& input, const at::Tensor& weight,
-    at::IntArrayRef padding, at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
-    bool transposed, at::IntArrayRef output_padding, bool deterministic, bool allow_tf32) {
-  const ConvKey key =
-      user_conv_key(direction, 0, input, weight, padding, stride, dilation, groups, transposed,
-                    output_padding, deterministic, allow_tf32, query_device(input, "profile"));
-  return {python_request(key), describe_conv(key)};
-}
-
-// Checks the profiler's operands of a cuDNN problem x (*) w = y and returns its
-// key. Operands by direction, as Runner::run takes them: fwd (x, w) -> y;
-// bwd_data (dy, w) -> dx; bwd_filter (x, dy) -> dw.
-ConvKey candidate_key(Direction dir, const at::Tensor& a, const at::Tensor& b,
-                      const at::Tensor& out, at::IntArrayRef padding, at::IntArrayRef stride,
-                      at::IntArrayRef dilation, int64_t groups, bool deterministic,
-                      bool allow_tf32) {
-  const at::Tensor& x = dir == Direction::kBackwardData ? out : a;
-  const at::Tensor& w = dir == Direction::kBackwardFilter ? out : b;
-  const at::Tensor& y = dir == Direction::kForward ? out : dir == Direction::kBackwardData ? a : b;
-  TORCH_CHECK(x.is_cuda() && w.is_cuda() && y.is_cuda(),
-              "torch_cudnn_algo: run_candidate needs CUDA tensors");
-  TORCH_CHECK(x.dim() == 4 || x.dim() == 5,
-              "torch_cudnn_algo: run_candidate takes the 4-d or 5-d cuDNN problem, got x of shape ",
-              x.sizes());
-  TORCH_CHECK(is_cudnn_float_type(x.scalar_type()), "torch_cudnn_algo: run_candidate: cuDNN "
-              "does not convolve ", x.scalar_type());
-  check_conv_arguments(x, w, padding, stride, dilation, groups);
-  const auto y_sizes = conv_output_sizes(x.sizes(), w.sizes(), padding, stride, dilation);
-  TORCH_CHECK(y.sizes() == at::IntArrayRef(y_sizes.data(), x.dim()) &&
-                  y.scalar_type() == x.scalar_type() && y.device() == x.device(),
-              "torch_cudnn_algo: run_candidate: y must be ", x.scalar_type(), " of shape ",
-              at::IntArrayRef(y_sizes.data(), x.dim()), " on ", x.device(), ", got ",
-              y.scalar_type(), " ", y.sizes(), " on ", y.device());
-  const at::MemoryFormat format = stock_conv_memory_format(x, w);
-  for (const at::Tensor* t : {&a, &b, &out}) {
-    TORCH_CHECK(t->is_contiguous(format), "torch_cudnn_algo: run_candidate: operands must be "
-                "contiguous in ", format, " (the layout of x and w)");
-  }
-  const ConvProblem problem{x.sizes(), w.sizes(), padding, stride, dilation, groups};
-  return make_conv_key(dir, kNoChoice, problem, x.scalar_type(), x.device(), deterministic,
-                       allow_tf32, format);
+// JSON object, see json_request), and its one-line description.
+std::tuple<std::string, std::string> conv_request(const std::string& conv_json, bool deterministic,
+                                                  bool allow_tf32) {
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const ConvKey key = user_conv_key(conv, 0, deterministic, allow_tf32, query_device(conv.input, "profile"));
+  return {json_request(key), describe_conv(key)};
 }
 
 // Builds (cached) the runner of one candidate on a cuDNN problem and, with
@@ -350,42 +264,32 @@ at::Tensor tensor_of(const std::vector<uint8_t>& bytes) {
   return tensor;
 }
 
-// Stages one entry of a torch_cudnn_algo.Plan (see plan.h). The
-// convolution arrives as for engine_configs (meta tensors: a description);
-// `choice` is a flag value, "" for stock's own path; `blob`, if given, the
-// choice's built execution plan (what plan_blob returned) made on a `blob_gpu`.
-// Needs no GPU.
-void stage_plan_choice(const std::string& direction, const at::Tensor& input,
-                       const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
-                       at::IntArrayRef dilation, int64_t groups, bool transposed,
-                       at::IntArrayRef output_padding, const std::string& choice,
-                       const std::string& label, const std::optional<at::Tensor>& blob,
-                       const std::string& blob_gpu) {
-  const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation, groups,
-                                    transposed, output_padding, /*deterministic=*/false,
+// Stages one entry of a torch_cudnn_algo.Plan (see plan.h). `choice` is a flag
+// value, "" for stock's own path; `execution_plan`, if given, the choice's
+// serialized execution plan (what serialized_execution_plan returned) made on
+// an `execution_plan_gpu`. Needs no GPU.
+void stage_plan_entry_op(const std::string& conv_json, const std::string& choice, const std::string& label,
+                         const std::optional<at::Tensor>& execution_plan, const std::string& execution_plan_gpu) {
+  const ConvKey key = user_conv_key(parse_conv_argument(conv_json), 0, /*deterministic=*/false,
                                     /*allow_tf32=*/false, at::Device(at::kCUDA, 0));
-  std::shared_ptr<SerializedExecutionPlan> plan_blob;
-  if (blob.has_value()) {
-    plan_blob = std::make_shared<SerializedExecutionPlan>();
-    plan_blob->data = bytes_of(*blob, "a built execution plan");
-    plan_blob->gpu = blob_gpu;
-    plan_blob->label = label;
+  std::shared_ptr<SerializedExecutionPlan> serialized;
+  if (execution_plan.has_value()) {
+    serialized = std::make_shared<SerializedExecutionPlan>();
+    serialized->data = bytes_of(*execution_plan, "a built execution plan");
+    serialized->gpu = execution_plan_gpu;
+    serialized->label = label;
   }
-  stage_plan_entry(key, choice, label, std::move(plan_blob));
+  stage_plan_entry(key, choice, label, std::move(serialized));
 }
 
-// The built execution plan of `choice` on a convolution (meta tensors describe
-// it; the current CUDA device builds it, if not built yet), serialised for a
-// plan file: (uint8 tensor, "") or (empty tensor, why there is none).
-std::tuple<at::Tensor, std::string> plan_blob(
-    const std::string& direction, const at::Tensor& input, const at::Tensor& weight,
-    at::IntArrayRef padding, at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
-    bool transposed, at::IntArrayRef output_padding, bool deterministic, bool allow_tf32,
-    const std::string& choice_value) {
-  const at::Device device = query_device(input, "plan_blob");
-  const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation,
-                                    groups, transposed, output_padding, deterministic, allow_tf32,
-                                    device);
+// The execution plan of `choice` on a convolution (the current CUDA device
+// builds it, if not built yet), serialized for a plan file: (uint8 tensor, "")
+// or (empty tensor, why there is none).
+std::tuple<at::Tensor, std::string> serialized_execution_plan_op(const std::string& conv_json, bool deterministic,
+                                                                 bool allow_tf32, const std::string& choice_value) {
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const at::Device device = query_device(conv.input, "serialized_execution_plan");
+  const ConvKey key = user_conv_key(conv, 0, deterministic, allow_tf32, device);
   const auto choice = choice_from_flag_value(choice_value);
   if (!choice->is_engine()) {
     return {tensor_of({}), "a legacy algorithm has no execution plan to serialise"};
@@ -435,50 +339,47 @@ c10::Dict<std::string, int64_t> execution_plan_cache_counts_op() {
       {{"loaded", c.loaded}, {"saved", c.saved}, {"rejected", c.rejected}, {"save_failed", c.save_failed}});
 }
 
-// The graph runners built or deserialised so far, as columns: direction,
-// convolution, engine name asked for, configuration run, refusal, workspace
-// bytes, deserialised.
-using GraphRunnerTable =
-    std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
-               std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>,
-               c10::List<bool>>;
-
-GraphRunnerTable graph_plans() {
-  GraphRunnerTable columns;
-  auto& [directions, convs, engines, choices, refusals, workspaces, deserialized] = columns;
+// The graph runners built or deserialized so far, as a JSON array of
+// {"direction", "conv" (its description), "engine" (the name asked for),
+// "choice" (the configuration run), "refusal", "workspace" (bytes),
+// "deserialized"}.
+std::string graph_runners() {
+  Json runners = Json::array();
   for (const auto& summary : graph_runner_summaries()) {
-    directions.push_back(direction_name(summary.key.dir()));
-    convs.push_back(describe_conv(summary.key));
-    engines.push_back(summary.engine);
-    choices.push_back(summary.choice);
-    refusals.push_back(summary.refusal);
-    workspaces.push_back(summary.workspace);
-    deserialized.push_back(summary.deserialized);
+    Json row;
+    row["direction"] = direction_name(summary.key.dir());
+    row["conv"] = describe_conv(summary.key);
+    row["engine"] = summary.engine;
+    row["choice"] = summary.choice;
+    row["refusal"] = summary.refusal;
+    row["workspace"] = summary.workspace;
+    row["deserialized"] = summary.deserialized;
+    runners.push_back(std::move(row));
   }
-  return columns;
+  return dump(runners);
 }
 
 int64_t cudnn_frontend_version() {
   return CUDNN_FRONTEND_VERSION;
 }
 
-// The plan entries in force as columns: label, choice ("" = stock's path), runs.
-std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>>
-plan_choices_in_force() {
-  std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>> columns;
-  auto& [labels, choices, runs] = columns;
+// The plan entries in force as a JSON array of {"label", "choice" ("" =
+// stock's path), "runs"}.
+std::string plan_entries_in_force_op() {
+  Json entries = Json::array();
   for (const auto& entry : plan_entries_in_force()) {
-    labels.push_back(entry->label);
+    Json row;
+    row["label"] = entry->label;
     const Choice* choice = entry->choice.get();
-    choices.push_back(!choice ? "" : choice->is_engine() ? choice->engine
-                                                         : std::to_string(choice->legacy_algo));
-    runs.push_back(entry->runs.load(std::memory_order_relaxed));
+    row["choice"] = !choice ? "" : choice->is_engine() ? choice->engine : std::to_string(choice->legacy_algo);
+    row["runs"] = entry->runs.load(std::memory_order_relaxed);
+    entries.push_back(std::move(row));
   }
-  return columns;
+  return dump(entries);
 }
 
-// The labels of the plan entries in force that carry a built execution plan.
-std::vector<std::string> plan_blob_labels() {
+// The labels of the plan entries in force that carry a serialized execution plan.
+std::vector<std::string> plan_entries_with_execution_plan() {
   std::vector<std::string> labels;
   for (const auto& entry : plan_entries_in_force()) {
     if (entry->execution_plan) labels.push_back(entry->label);
@@ -489,15 +390,10 @@ std::vector<std::string> plan_blob_labels() {
 // Runs the "fastest" tuner on one convolution (meta tensors describe it; the
 // current CUDA device runs it) and returns its tuning-log entry (JSON). The
 // decision is not remembered: tune() puts it in a plan.
-std::string tune_fastest_conv(const std::string& direction, const at::Tensor& input,
-                              const at::Tensor& weight, at::IntArrayRef padding,
-                              at::IntArrayRef stride, at::IntArrayRef dilation, int64_t groups,
-                              bool transposed, at::IntArrayRef output_padding, bool deterministic,
-                              bool allow_tf32) {
-  const at::Device device = query_device(input, "tune_fastest_conv");
-  const ConvKey key = user_conv_key(direction, 0, input, weight, padding, stride, dilation,
-                                    groups, transposed, output_padding, deterministic, allow_tf32,
-                                    device);
+std::string tune_fastest_conv(const std::string& conv_json, bool deterministic, bool allow_tf32) {
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const at::Device device = query_device(conv.input, "tune_fastest_conv");
+  const ConvKey key = user_conv_key(conv, 0, deterministic, allow_tf32, device);
   const c10::cuda::CUDAGuard device_guard(device);
   TORCH_CHECK(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
               "torch_cudnn_algo: cannot tune during CUDA graph capture");
@@ -510,13 +406,10 @@ std::string tune_fastest_conv(const std::string& direction, const at::Tensor& in
 // Queues one convolution's "fastest" candidate builds to background threads
 // (tune() calls it for every configuration before tuning the first); nothing
 // runs on the GPU.
-void prepare_fastest_conv(const std::string& direction, const at::Tensor& input,
-                          const at::Tensor& weight, at::IntArrayRef padding, at::IntArrayRef stride,
-                          at::IntArrayRef dilation, int64_t groups, bool transposed,
-                          at::IntArrayRef output_padding, bool deterministic, bool allow_tf32) {
-  const at::Device device = query_device(input, "prepare_fastest_conv");
-  prepare_fastest(user_conv_key(direction, 0, input, weight, padding, stride, dilation, groups,
-                                transposed, output_padding, deterministic, allow_tf32, device));
+void prepare_fastest_conv(const std::string& conv_json, bool deterministic, bool allow_tf32) {
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const at::Device device = query_device(conv.input, "prepare_fastest_conv");
+  prepare_fastest(user_conv_key(conv, 0, deterministic, allow_tf32, device));
 }
 
 std::vector<int64_t> pinned_run_counts_op() {
@@ -549,6 +442,8 @@ int64_t cudnn_runtime_version() {
 }  // namespace
 
 TORCH_LIBRARY(torch_cudnn_algo, m) {
+  // A convolution crosses as one JSON object (see control/conv_argument.h);
+  // structured results cross as JSON text.
   m.def("set_legacy_algo(str direction, int algo) -> ()", &set_legacy_algo);
   m.def("get_legacy_algo(str direction) -> int", &get_legacy_algo);
   m.def("set_engine(str direction, str name) -> ()", &set_engine);
@@ -558,23 +453,12 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
   m.def("get_strict() -> bool", &get_strict);
   m.def("legacy_algo_names(str direction) -> str[]", &get_legacy_algo_names);
   m.def("active_overrides() -> str[]", &get_active_overrides);
-  m.def("clear_plan_cache() -> ()", &clear_plan_cache);
-  m.def("plan_cache_size() -> int", &plan_cache_size);
-  m.def(
-      "legacy_workspace_size(str direction, Tensor input, Tensor weight, int[] padding, "
-      "int[] stride, int[] dilation, int groups, bool transposed, int[] output_padding, "
-      "bool allow_tf32, int algo) -> int",
-      &legacy_workspace_size_op);
-  m.def(
-      "describe_convolution(str direction, int algo, Tensor input, Tensor weight, int[] padding, "
-      "int[] stride, int[] dilation, int groups, bool transposed, int[] output_padding, "
-      "bool deterministic, bool allow_tf32, bool strict) -> (str, str)",
-      &describe_convolution);
-  m.def(
-      "engine_configs(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
-      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
-      "bool allow_tf32) -> (str[], str[], int[], str[], str[], str[], str[])",
-      &engine_configs);
+  m.def("clear_runner_cache() -> ()", &clear_runner_cache);
+  m.def("runner_cache_size() -> int", &runner_cache_size);
+  m.def("legacy_workspace_size(str conv, bool allow_tf32, int algo) -> int", &legacy_workspace_size_op);
+  m.def("describe_convolution(str conv, int algo, bool deterministic, bool allow_tf32, bool strict) -> (str, str)",
+        &describe_convolution);
+  m.def("engine_configs(str conv, bool deterministic, bool allow_tf32) -> str", &engine_configs);
   m.def("cudnn_runtime_version() -> int", &cudnn_runtime_version);
   m.def("pinned_run_counts() -> int[]", &pinned_run_counts_op);
   m.def("set_policy(str direction, str policy) -> ()", &set_policy);
@@ -589,51 +473,34 @@ TORCH_LIBRARY(torch_cudnn_algo, m) {
   m.def("set_knob_search(bool enabled) -> ()", &set_knob_search_op);
   m.def("get_knob_search() -> bool", &get_knob_search);
   m.def("tuner_tolerance(str dtype, bool allow_tf32) -> float", &tuner_tolerance_op);
-  m.def(
-      "conv_request(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
-      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
-      "bool allow_tf32) -> (str, str)",
-      &conv_request);
+  m.def("conv_request(str conv, bool deterministic, bool allow_tf32) -> (str, str)", &conv_request);
   m.def(
       "run_candidate(str direction, str choice, Tensor a, Tensor b, Tensor(a!) out, int[] padding, "
       "int[] stride, int[] dilation, int groups, bool deterministic, bool allow_tf32, "
       "bool execute) -> (str, int)",
       &run_candidate);
-  m.def(
-      "stage_plan_choice(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
-      "int[] dilation, int groups, bool transposed, int[] output_padding, str choice, str label, "
-      "Tensor? blob=None, str blob_gpu='') -> ()",
-      &stage_plan_choice);
-  m.def(
-      "plan_blob(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
-      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
-      "bool allow_tf32, str choice) -> (Tensor, str)",
-      &plan_blob);
-  m.def("plan_build_counts() -> Dict(str, int)", &execution_plan_counts_op);
-  m.def("plan_blob_labels() -> str[]", &plan_blob_labels);
-  m.def("graph_plans() -> (str[], str[], str[], str[], str[], int[], bool[])", &graph_plans);
+  m.def("stage_plan_entry(str conv, str choice, str label, Tensor? execution_plan=None, "
+        "str execution_plan_gpu='') -> ()",
+        &stage_plan_entry_op);
+  m.def("serialized_execution_plan(str conv, bool deterministic, bool allow_tf32, str choice) -> (Tensor, str)",
+        &serialized_execution_plan_op);
+  m.def("execution_plan_counts() -> Dict(str, int)", &execution_plan_counts_op);
+  m.def("plan_entries_with_execution_plan() -> str[]", &plan_entries_with_execution_plan);
+  m.def("graph_runners() -> str", &graph_runners);
   m.def("cudnn_frontend_version() -> int", &cudnn_frontend_version);
-  m.def("commit_plan_choices() -> ()", &commit_plan_op);
-  m.def("discard_plan_choices() -> ()", &discard_staged_plan);
-  m.def("plan_choices_in_force() -> (str[], str[], int[])", &plan_choices_in_force);
+  m.def("commit_plan() -> ()", &commit_plan_op);
+  m.def("discard_staged_plan() -> ()", &discard_staged_plan);
+  m.def("plan_entries_in_force() -> str", &plan_entries_in_force_op);
   m.def("set_config_recording(bool enabled) -> ()", &set_config_recording_op);
   m.def("recorded_configs() -> str[]", &recorded_configs);
-  m.def(
-      "tune_fastest_conv(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
-      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
-      "bool allow_tf32) -> str",
-      &tune_fastest_conv);
-  m.def(
-      "prepare_fastest_conv(str direction, Tensor input, Tensor weight, int[] padding, int[] stride, "
-      "int[] dilation, int groups, bool transposed, int[] output_padding, bool deterministic, "
-      "bool allow_tf32) -> ()",
-      &prepare_fastest_conv);
+  m.def("tune_fastest_conv(str conv, bool deterministic, bool allow_tf32) -> str", &tune_fastest_conv);
+  m.def("prepare_fastest_conv(str conv, bool deterministic, bool allow_tf32) -> ()", &prepare_fastest_conv);
   m.def("cancel_prepared_fastest() -> ()", &cancel_prepared_fastest);
   m.def("enable_compile_workers(str[] command, int count) -> ()", &enable_compile_workers_op);
   m.def("disable_compile_workers() -> ()", &disable_compile_workers_op);
   m.def("compile_worker_counts() -> Dict(str, int)", &compile_worker_counts_op);
-  m.def("compiled_plan_cache_dir() -> str", &execution_plan_cache_dir);
-  m.def("compiled_plan_cache_counts() -> Dict(str, int)", &execution_plan_cache_counts_op);
+  m.def("execution_plan_cache_dir() -> str", &execution_plan_cache_dir);
+  m.def("execution_plan_cache_counts() -> Dict(str, int)", &execution_plan_cache_counts_op);
 }
 
 }  // namespace torch_cudnn_algo

@@ -33,7 +33,7 @@ void record_config(const ConvKey& key) {
   ConvKey recorded = key;
   recorded.algo = kNoChoice;
   std::lock_guard<std::mutex> lock(g_record_mutex);
-  if (g_recorded_keys.insert(recorded).second) g_recorded.push_back(python_request(recorded));
+  if (g_recorded_keys.insert(recorded).second) g_recorded.push_back(json_request(recorded));
 }
 
 std::vector<std::string> recorded_configs() {

@@ -15,7 +15,7 @@ namespace torch_cudnn_algo {
 void set_config_recording(bool enabled);
 bool config_recording();
 void record_config(const ConvKey& key);
-// The recorded configurations, each as python_request() describes it, in the
+// The recorded configurations, each as json_request() describes it, in the
 // order they were first met.
 std::vector<std::string> recorded_configs();
 

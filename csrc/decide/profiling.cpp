@@ -71,7 +71,7 @@ std::shared_ptr<const Choice> profiled_choice(ConvKey key, bool* settled) {
     const BypassGuard bypass;
     if (profile_mode()) {
       // conv_profile: the full table (every candidate, logged) decides.
-      const auto answer = call_python_profiler(python_request(key), describe_conv(key));
+      const auto answer = call_python_profiler(json_request(key), describe_conv(key));
       if (answer && !answer->empty()) {
         choice = choice_from_flag_value(*answer);
       }
