@@ -41,7 +41,7 @@ void disable_compile_workers();
 // compile turn while `local_turn` lives. Without enabled workers: none, and no
 // turn (the caller builds as before).
 struct CompileElsewhere {
-  std::optional<std::vector<uint8_t>> blob;
+  std::optional<std::vector<uint8_t>> execution_plan;
   std::shared_ptr<void> local_turn;
 };
 CompileElsewhere compile_elsewhere(const ConvKey& key, const std::string& engine);

@@ -19,24 +19,24 @@
 namespace torch_cudnn_algo {
 namespace {
 
-// A blob deserialised into a graph and not yet checked against a call's
+// A serialized execution plan loaded into a graph and not yet checked against a call's
 // configuration or settings: what a prefetch worker hands over.
 struct LoadedGraph {
-  std::unique_ptr<ConvGraph> graph;  // nullptr when cuDNN could not load the blob
+  std::unique_ptr<ConvGraph> graph;  // nullptr when cuDNN could not load it
   std::string why;                   // then: why not
   int64_t us = 0;                    // how long loading took
 };
 
-// `blob` deserialised on the current device. No warm-up capture (run_warmup):
+// `bytes` (a serialized execution plan) deserialized on the current device. No warm-up capture (run_warmup):
 // the first call may itself be under CUDA graph capture, and a freshly built
 // plan is not warmed up either.
-LoadedGraph load_serialized_execution_plan(const std::vector<uint8_t>& blob) {
+LoadedGraph load_serialized_execution_plan(const std::vector<uint8_t>& bytes) {
   bind_frontend_to_cudnn();
   const auto started = std::chrono::steady_clock::now();
   LoadedGraph loaded;
   loaded.graph = std::make_unique<ConvGraph>();
   try {
-    const auto status = loaded.graph->deserialize(current_cudnn_handle(), blob,
+    const auto status = loaded.graph->deserialize(current_cudnn_handle(), bytes,
                                                   /*enforce_precompiled=*/true, /*run_warmup=*/false);
     if (status.is_bad()) loaded.why = message_of(status);
   } catch (const std::exception& error) {  // the UBJSON parser and cuDNN's plan loader throw
@@ -47,18 +47,18 @@ LoadedGraph load_serialized_execution_plan(const std::vector<uint8_t>& blob) {
   return loaded;
 }
 
-// A plan's blob to load for one device.
+// A plan's serialized execution plan to load for one device.
 struct SerializedPlanOnDevice {
-  std::shared_ptr<const SerializedExecutionPlan> blob;  // kept alive while queued
+  std::shared_ptr<const SerializedExecutionPlan> serialized;  // kept alive while queued
   int device;
   bool operator==(const SerializedPlanOnDevice& other) const {
-    return blob == other.blob && device == other.device;
+    return serialized == other.serialized && device == other.device;
   }
 };
 
 struct SerializedPlanOnDeviceHash {
   size_t operator()(const SerializedPlanOnDevice& key) const {
-    return std::hash<const SerializedExecutionPlan*>()(key.blob.get()) ^ (static_cast<size_t>(key.device) * 31);
+    return std::hash<const SerializedExecutionPlan*>()(key.serialized.get()) ^ (static_cast<size_t>(key.device) * 31);
   }
 };
 
@@ -72,7 +72,7 @@ std::optional<LoadedGraph> load_serialized_execution_plan_ahead(const Serialized
     // relaxed mode this thread's calls leave the capture alone.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     C10_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    return load_serialized_execution_plan(job.blob->data);
+    return load_serialized_execution_plan(job.serialized->data);
   } catch (const std::exception&) {
     return std::nullopt;  // the caller loads it itself, and warns if that fails too
   }
@@ -95,7 +95,7 @@ using PrefetchQueue = WorkQueue<SerializedPlanOnDevice, LoadedGraph, SerializedP
 // loads contend inside cuDNN, so more workers do not load faster.
 class PrefetchPool {
  public:
-  // Queues, for `device`, the blobs of the plan in force made on `gpu`
+  // Queues, for `device`, the serialized execution plans of the plan in force made on `gpu`
   // but `own` (its caller loads that one at once), once per device and plan:
   // a new plan first drops what the previous one queued or loaded.
   void start(int device, const std::string& gpu, const SerializedExecutionPlan* own,
@@ -113,10 +113,10 @@ class PrefetchPool {
     }
   }
 
-  // What a worker loaded of `blob` for `device` (waiting while it loads), or
+  // What a worker loaded of `serialized` for `device` (waiting while it loads), or
   // nullopt: the caller loads it.
-  std::optional<LoadedGraph> take(const std::shared_ptr<const SerializedExecutionPlan>& blob, int device) {
-    return queue_.take({blob, device}, PrefetchQueue::IfQueued::kTakeBack);
+  std::optional<LoadedGraph> take(const std::shared_ptr<const SerializedExecutionPlan>& serialized, int device) {
+    return queue_.take({serialized, device}, PrefetchQueue::IfQueued::kTakeBack);
   }
 
   void stop() { queue_.stop(); }
@@ -143,7 +143,7 @@ PrefetchPool& prefetch_pool() {
 
 // The runner running `wanted` on key's problem from `loaded`, a serialized execution plan
 // of the same problem: no heuristics query, no engine build, no runtime
-// compilation. nullptr when it cannot serve: with *why set when the blob is at
+// compilation. nullptr when it cannot serve: with *why set when the serialized execution plan is at
 // fault, empty when the contract's rules refuse the configuration (the regular
 // build then reports that refusal, with the alternatives).
 std::shared_ptr<const Runner> graph_runner_from_loaded(const ConvKey& key, const EngineName& wanted,
@@ -190,15 +190,15 @@ std::shared_ptr<const Runner> graph_runner_from_bytes(const ConvKey& key, const 
 
 std::shared_ptr<const Runner> runner_from_serialized_plan(const ConvKey& key, const EngineName& wanted,
                                                           const SerializedExecutionPlanSource& plan) {
-  const auto blob = plan.for_entry(key, wanted.canonical);
-  if (!blob) return nullptr;
+  const auto serialized = plan.for_entry(key, wanted.canonical);
+  if (!serialized) return nullptr;
   const std::string gpu = gpu_model_name(key.device);
-  // A blob is made for one GPU model; a device of another (a mixed host) builds.
-  if (blob->gpu != gpu) return nullptr;
-  prefetch_pool().start(key.device, gpu, blob.get(), plan);
-  std::optional<LoadedGraph> ahead = prefetch_pool().take(blob, key.device);
+  // One is made for one GPU model; a device of another (a mixed host) builds.
+  if (serialized->gpu != gpu) return nullptr;
+  prefetch_pool().start(key.device, gpu, serialized.get(), plan);
+  std::optional<LoadedGraph> ahead = prefetch_pool().take(serialized, key.device);
   const bool prefetched = ahead.has_value();
-  LoadedGraph loaded = prefetched ? std::move(*ahead) : load_serialized_execution_plan(blob->data);
+  LoadedGraph loaded = prefetched ? std::move(*ahead) : load_serialized_execution_plan(serialized->data);
   add_execution_plan_deserialize_us(loaded.us);
   std::string why;
   auto runner = graph_runner_from_loaded(key, wanted, std::move(loaded), &why);
@@ -208,8 +208,8 @@ std::shared_ptr<const Runner> runner_from_serialized_plan(const ConvKey& key, co
   }
   if (why.empty()) return nullptr;
   count_execution_plan_deserialize_failed();
-  if (!blob->warned.exchange(true)) {
-    warn_to_python("torch_cudnn_algo: the plan entry '" + blob->label +
+  if (!serialized->warned.exchange(true)) {
+    warn_to_python("torch_cudnn_algo: the plan entry '" + serialized->label +
                    "' carries a built execution plan that cuDNN cannot load here (" + why +
                    "); building " + wanted.canonical + " instead");
   }

@@ -84,7 +84,7 @@ std::unique_ptr<ConvGraph> make_graph(const ConvKey& key, cudnnHandle_t handle);
 
 // One configuration cuDNN lists for a graph.
 struct Listed {
-  int64_t index;  // plan index in the graph
+  int64_t index;  // execution plan index in the graph
   std::string name;
   const char* source;
 };

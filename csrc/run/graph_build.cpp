@@ -15,7 +15,7 @@ namespace {
 // without a heuristics query: what the tuner builds dozens of per
 // configuration. A bare name is exact only for an engine without knobs (else
 // it means the knobs the heuristics rank first). Returns nullptr unless the
-// plan is built and passes the rules; the caller then takes the slow path,
+// execution plan is built and passes the rules; the caller then takes the slow path,
 // which also names the alternatives.
 std::shared_ptr<GraphRunner> build_exact_graph_runner(const ConvKey& key, const EngineName& wanted) {
   auto runner = std::make_shared<GraphRunner>();
@@ -49,7 +49,7 @@ GraphRunner::~GraphRunner() = default;
 
 void GraphRunner::run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
                       void* workspace) const {
-  TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused plan: ", refusal);
+  TORCH_INTERNAL_ASSERT(refusal.empty(), "running a refused runner: ", refusal);
   TORCH_INTERNAL_ASSERT(workspace != nullptr || workspace_bytes == 0);
   void* pointers[3];  // in uid order: x, w, y
   switch (key.dir()) {

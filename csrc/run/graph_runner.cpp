@@ -30,10 +30,10 @@ std::shared_ptr<const Runner> runtime_compiled_graph_runner(const ConvKey& key, 
   const CompileElsewhere elsewhere = compile_elsewhere(key, wanted.canonical);  // the turn is held until we return
   std::shared_ptr<const Runner> runner;
   const std::vector<uint8_t>* to_save = nullptr;
-  if (elsewhere.blob) {
+  if (elsewhere.execution_plan) {
     std::string why;  // a worker's plan this process cannot load is built here instead
-    runner = graph_runner_from_bytes(key, wanted, *elsewhere.blob, &why);
-    if (runner) to_save = &*elsewhere.blob;
+    runner = graph_runner_from_bytes(key, wanted, *elsewhere.execution_plan, &why);
+    if (runner) to_save = &*elsewhere.execution_plan;
   }
   SerializedBytes built_here;
   if (!runner) {

@@ -39,13 +39,13 @@ void save_cached_execution_plan(const ConvKey& key, const std::string& engine, c
 
 // A file load_cached_execution_plan returned that cuDNN then could not load.
 void count_cached_execution_plan_rejected();
-// A saved plan put in use.
+// A saved execution plan put in use.
 void count_cached_execution_plan_loaded();
 
 // Monotonic counts since the process started, for tests and benchmarks.
 struct ExecutionPlanCacheCounts {
-  int64_t loaded = 0;      // plans put in use from the cache
-  int64_t saved = 0;       // plans written
+  int64_t loaded = 0;      // execution plans put in use from the cache
+  int64_t saved = 0;       // execution plans written
   int64_t rejected = 0;    // files found but not usable (not ours, corrupt, or cuDNN refused them)
   int64_t save_failed = 0; // writes that failed
 };
