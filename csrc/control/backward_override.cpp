@@ -213,9 +213,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   }
   // x, w and y must be one consistent problem before anything runs: our
   // descriptors would otherwise describe memory the tensors do not have. Stock
-  // reaches the same verdict only through cuDNN, and only while its plan cache
-  // misses (its cache key ignores grad_output's shape: once the valid call ran,
-  // the wrong one runs silently on the cached plan). Raise it here, always.
+  // reaches the same verdict only through cuDNN, and only while ATen's own
+  // cache of execution plans misses (its key ignores grad_output's shape: once
+  // the valid call ran, the wrong one runs silently on the cached execution
+  // plan). Raise it here, always.
   check_backward_geometry(grad_output, input, weight, *params, transposed, groups);
 
   const c10::cuda::CUDAGuard device_guard(input.device());

@@ -63,7 +63,7 @@ int64_t legacy_workspace_size_op(const std::string& conv_json, bool allow_tf32, 
 }
 
 // The description and Python repro a refusal would print for this convolution.
-// Needs no GPU: only sizes, dtype and layout are read (meta tensors work).
+// Needs no GPU: only sizes, dtype and layout are read.
 std::tuple<std::string, std::string> describe_convolution(const std::string& conv_json, int64_t algo,
                                                           bool deterministic, bool allow_tf32, bool strict) {
   const ConvKey key = user_conv_key(parse_conv_argument(conv_json), algo, deterministic, allow_tf32);

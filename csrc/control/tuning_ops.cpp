@@ -20,9 +20,9 @@ std::vector<std::string> tuning_log_op() {
   return tuning_log_entries();
 }
 
-// Runs the "fastest" tuner on one convolution (meta tensors describe it; the
-// current CUDA device runs it) and returns its tuning-log entry (JSON). The
-// decision is not remembered: tune() puts it in a plan.
+// Runs the "fastest" tuner on one convolution (the current CUDA device runs
+// it) and returns its tuning-log entry (JSON). The decision is not
+// remembered: tune() puts it in a plan.
 std::string tune_fastest_conv(const std::string& conv_json, bool deterministic, bool allow_tf32) {
   const ConvArgument conv = parse_conv_argument(conv_json);
   const at::Device device = query_device(conv.input, "tune_fastest_conv");

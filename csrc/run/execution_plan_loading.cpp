@@ -131,7 +131,7 @@ class PrefetchPool {
 
 PrefetchPool& prefetch_pool() {
   static auto* prefetch = [] {
-    auto* created = new PrefetchPool();  // leaked, as the plan cache
+    auto* created = new PrefetchPool();  // leaked, as the runner caches
     // Workers still inside cuDNN when the process exits would race the
     // libraries' teardown: exit() waits for them (CUDA's own exit handler,
     // registered earlier, runs after this one).
