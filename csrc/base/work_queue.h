@@ -1,7 +1,7 @@
 // Jobs keyed by what they compute, run by a few background threads, each
 // result handed to the one caller that takes it: what tune() uses to prepare
-// every configuration's candidates ahead (fastest_tuner.cpp) and what a plan
-// in use uses to load its execution plans ahead (graph_runner.cpp).
+// every configuration's candidates ahead (decide/tuner_candidates.cpp) and what a plan
+// in use uses to load its execution plans ahead (run/execution_plan_loading.cpp).
 //
 // Header-only and free of torch and CUDA, so that tests/cpp/work_queue_test.cpp
 // checks it on a machine without a GPU.
