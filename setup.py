@@ -247,11 +247,13 @@ def make_extension() -> CppExtension:
         + ("\n  debug build    symbols kept (TORCH_CUDNN_ALGO_DEBUG_BUILD)" if debug else ""),
         flush=True,
     )
-    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").glob("*.cpp"))
+    # csrc/ holds one folder per layer (base, store, run, decide, control);
+    # includes name files from csrc/: "run/graph_runner.h".
+    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cpp"))
     return CppExtension(
         name="torch_cudnn_algo._C",
         sources=sources,
-        include_dirs=[str(cudnn_include), str(frontend_include)] + [str(d) for d in cuda_includes],
+        include_dirs=[str(ROOT / "csrc"), str(cudnn_include), str(frontend_include)] + [str(d) for d in cuda_includes],
         library_dirs=[str(cudnn_lib)],
         libraries=["c10_cuda", "torch_cuda"],
         # The frontend dlopens cuDNN, NVRTC and the driver itself instead of linking

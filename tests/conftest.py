@@ -12,7 +12,7 @@ A file is named ``*_gpu.py`` exactly when its tests are ``gpu``-marked, and no o
 holds ``gpu`` tests; collection stops with an error otherwise. Tooling and document tests live in ``tests/tooling/``.
 
 Every test starts and ends with every flag back at its default, and has an empty
-compiled plan cache of its own (csrc/compiled_plan_cache.h), so that no test loads
+execution plan cache of its own (csrc/store/execution_plan_cache.h), so that no test loads
 what an earlier one compiled."""
 
 from __future__ import annotations

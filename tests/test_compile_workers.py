@@ -1,4 +1,4 @@
-"""CPU: tune()'s compile workers (csrc/compile_workers.h) — how many, the
+"""CPU: tune()'s compile workers (csrc/run/compile_workers.h) — how many, the
 command a worker runs, that one loads the extension without importing torch and
 speaks first or fails with a message (never hangs), and the pool's error paths.
 Workers building real plans: tests/test_fastest_tuner_gpu.py."""

@@ -1,4 +1,4 @@
-"""CPU: where the compiled plan cache lives (csrc/compiled_plan_cache.h) and
+"""CPU: where the compiled plan cache lives (csrc/store/execution_plan_cache.h) and
 how it is turned off. Plans saved and loaded on the GPU:
 tests/test_fastest_tuner_gpu.py."""
 
@@ -13,7 +13,7 @@ VAR = "TORCH_CUDNN_ALGO_COMPILE_CACHE"
 
 
 def cache_dir() -> str:
-    return torch_cudnn_algo._ops.compiled_plan_cache_dir()
+    return torch_cudnn_algo._ops.execution_plan_cache_dir()
 
 
 def test_the_variable_names_the_directory(monkeypatch, tmp_path):
@@ -42,6 +42,6 @@ def test_by_default_it_is_under_the_users_cache_directory(monkeypatch, tmp_path)
 
 
 def test_counts_are_there_without_a_gpu():
-    counts = torch_cudnn_algo._ops.compiled_plan_cache_counts()
+    counts = torch_cudnn_algo._ops.execution_plan_cache_counts()
     assert set(counts) == {"loaded", "saved", "rejected", "save_failed"}
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())

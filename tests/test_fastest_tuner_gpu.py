@@ -349,7 +349,7 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
 
 
 def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatch, tmp_path):
-    # What a later process tuning the same layer finds (csrc/compiled_plan_cache.h):
+    # What a later process tuning the same layer finds (csrc/store/execution_plan_cache.h):
     # the plans compiled here, loaded instead of compiled; stock's configuration,
     # loaded, still gives stock's bits; a corrupt file is ignored and rebuilt.
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path))
@@ -359,10 +359,10 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
 
     def tune_afresh() -> tuple[dict, dict]:
         torch_cudnn_algo.clear_cache()  # this process forgets its plans, as a new one has none
-        before = dict(ops.compiled_plan_cache_counts())
+        before = dict(ops.execution_plan_cache_counts())
         torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False)
         (entry,) = torch_cudnn_algo.tuning_log()
-        after = dict(ops.compiled_plan_cache_counts())
+        after = dict(ops.execution_plan_cache_counts())
         return entry, {name: after[name] - before[name] for name in after}
 
     entry, first = tune_afresh()

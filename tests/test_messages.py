@@ -3,6 +3,8 @@ refusal carries, and the flag's error message — pinned with expecttest."""
 
 from __future__ import annotations
 
+import json
+
 import expecttest
 import torch
 
@@ -12,10 +14,15 @@ import torch_cudnn_algo
 def describe(input, weight, padding, stride, dilation, groups=1, algo=6, direction="fwd", strict=True,
              transposed=False, output_padding=None):
     output_padding = output_padding or [0] * len(padding)
-    return torch.ops.torch_cudnn_algo.describe_convolution(
-        direction, algo, input, weight, padding, stride, dilation, groups, transposed, output_padding,
-        False, True, strict,
-    )
+    # The convolution as the operators take it (one JSON object): channels-last
+    # when either operand is, as PyTorch's cuDNN path decides.
+    channels_last = any(t.dim() > 3 and not t.is_contiguous() for t in (input, weight))
+    memory_format = ("channels_last" if input.dim() == 4 else "channels_last_3d") if channels_last else "contiguous"
+    conv = json.dumps({"direction": direction, "input": list(input.shape), "weight": list(weight.shape),
+                       "padding": padding, "stride": stride, "dilation": dilation, "groups": groups,
+                       "transposed": transposed, "output_padding": output_padding,
+                       "dtype": str(input.dtype).removeprefix("torch."), "memory_format": memory_format})
+    return torch.ops.torch_cudnn_algo.describe_convolution(conv, algo, False, True, strict)
 
 
 class TestMessages(expecttest.TestCase):

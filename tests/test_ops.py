@@ -3,6 +3,8 @@ the extension's convolution descriptions read back, clear errors without a GPU."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -29,7 +31,7 @@ def request_text(spec: ConvSpec) -> str:
               "stride": c.stride, "dilation": c.dilation, "groups": c.groups, "dtype": str(c.dtype)[len("torch."):],
               "channels_last": c.channels_last, "device": 1, "deterministic": True, "allow_tf32": False,
               "transposed": c.transposed}
-    return repr(fields)
+    return json.dumps(fields)
 
 
 @pytest.mark.parametrize("spec", CASES, ids=str)
@@ -55,8 +57,8 @@ def test_gpu_calls_without_a_gpu_say_so(monkeypatch: pytest.MonkeyPatch) -> None
 @needs_extension
 def test_results_cross_as_plain_values() -> None:
     assert _ops.pinned_run_counts().keys() == {"fwd", "bwd_data", "bwd_filter"}
-    assert all(isinstance(v, int) for v in _ops.plan_build_counts().values())
-    assert _ops.plan_choices_in_force() == [] or all(
-        isinstance(entry, _ops.PlanEntryInForce) for entry in _ops.plan_choices_in_force())
-    assert isinstance(_ops.graph_plans(), list)
+    assert all(isinstance(v, int) for v in _ops.execution_plan_counts().values())
+    assert _ops.plan_entries_in_force() == [] or all(
+        isinstance(entry, _ops.PlanEntryInForce) for entry in _ops.plan_entries_in_force())
+    assert isinstance(_ops.graph_runners(), list)
     assert isinstance(_ops.recorded_configs(), list)

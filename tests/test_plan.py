@@ -38,7 +38,7 @@ def sample_plan() -> Plan:
 
 
 def in_force() -> dict[str, str]:
-    return {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_choices_in_force()}
+    return {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_entries_in_force()}
 
 
 def write(path: Path, data: object) -> Path:
@@ -216,7 +216,7 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 PROBE = """
     import torch, torch_cudnn_algo
     plan = torch_cudnn_algo.current_plan()
-    in_force = {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_choices_in_force()}
+    in_force = {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_entries_in_force()}
     print(None if plan is None else (plan.source, len(plan)), in_force)
 """
 

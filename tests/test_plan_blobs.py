@@ -69,11 +69,11 @@ def here(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def blob_labels() -> list[str]:
-    return torch_cudnn_algo._ops.plan_blob_labels()
+    return torch_cudnn_algo._ops.plan_entries_with_execution_plan()
 
 
 def in_force() -> dict[str, str]:
-    return {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_choices_in_force()}
+    return {entry.label: entry.choice for entry in torch_cudnn_algo._ops.plan_entries_in_force()}
 
 
 def test_round_trip_keeps_the_blob_readably_beside_the_choice(tmp_path: Path) -> None:
@@ -267,13 +267,12 @@ def test_the_extension_refuses_a_blob_on_a_legacy_choice() -> None:
     ops = torch_cudnn_algo._ops
     spec = torch_cudnn_algo.ConvSpec.parse(FWD)
     with pytest.raises(ValueError, match="no engine configuration"):
-        ops.stage_plan_choice(spec, "1", FWD, frontend_blob(), GPU)
+        ops.stage_plan_entry(spec, "1", FWD, frontend_blob(), GPU)
     # The operator's own check of what carries the bytes, under the typed wrapper.
     blob = torch.frombuffer(bytearray(frontend_blob()), dtype=torch.uint8)
     with pytest.raises(ValueError, match="1-d uint8 CPU tensor"):
-        torch.ops.torch_cudnn_algo.stage_plan_choice(spec.direction, *spec.op_args(), "eng0", FWD, blob.float(),
-                                                     GPU)
-    ops.discard_plan_choices()
+        torch.ops.torch_cudnn_algo.stage_plan_entry(ops._conv_json(spec), "eng0", FWD, blob.float(), GPU)
+    ops.discard_staged_plan()
 
 
 def test_execution_plan_counts_are_there_without_a_gpu() -> None:

@@ -331,17 +331,17 @@ def test_two_devices_pinned_choices_match_stock_with_a_plan_cache_per_device(two
     with cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         stock = [eager_step(m, x.to(d), grad.to(d)) for m, d in zip(models, two_devices)]
         with torch_cudnn_algo.flags(conv_algo_strict=True, **ALL_PINNED_1):
-            assert _ops.plan_cache_size() == 0
+            assert _ops.runner_cache_size() == 0
             before = torch_cudnn_algo.pinned_run_counts()
             pinned0 = eager_step(models[0], x.to(two_devices[0]), grad.to(two_devices[0]))
             ran0 = ran_since(before)
-            size0 = _ops.plan_cache_size()
+            size0 = _ops.runner_cache_size()
             before = torch_cudnn_algo.pinned_run_counts()
             # cuda:1 while cuda:0 is the current device: the override must follow the tensors.
             assert torch.cuda.current_device() == 0
             pinned1 = eager_step(models[1], x.to(two_devices[1]), grad.to(two_devices[1]))
             ran1 = ran_since(before)
-            size1 = _ops.plan_cache_size()
+            size1 = _ops.runner_cache_size()
     torch.cuda.synchronize(two_devices[0])
     torch.cuda.synchronize(two_devices[1])
     assert all(t.device == two_devices[1] for t in pinned1)

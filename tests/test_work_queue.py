@@ -1,4 +1,4 @@
-"""CPU: csrc/work_queue.h, the background job queue behind tune()'s prepare-ahead and a plan's
+"""CPU: csrc/base/work_queue.h, the background job queue behind tune()'s prepare-ahead and a plan's
 execution plans loaded ahead, compiled on its own (it needs neither torch nor CUDA) with the
 checks of tests/cpp/work_queue_test.cpp: results handed out once, the thread limit, taking a
 queued job back, waiting for a running one, failures, cancel waking waiters, stop, and stop in a

@@ -1,6 +1,6 @@
 """The hardware limit of one convolution on an H100: its arithmetic and its least memory traffic,
 against the GPU's peak, from the description the extension gives of a convolution (the ``conv``
-field of ``tuning_log()``, written by ``describe_conv`` in csrc/conv_key.cpp).
+field of ``tuning_log()``, written by ``describe_conv`` in csrc/base/conv_key.cpp).
 
 The bound is the roofline's: a convolution cannot run faster than its multiply-adds at the
 tensor cores' peak, nor than reading its input and weight and writing its output once at the

@@ -3,7 +3,7 @@
 NVRTC compiles one kernel at a time per process, so a network whose tuning
 builds dozens of runtime-compiled execution plans (depthwise convolutions) waits
 on that chain; workers compile beside this process and send the execution plans
-back serialized (``csrc/compile_workers.h``). A worker loads torch's libraries
+back serialized (``csrc/run/compile_workers.h``). A worker loads torch's libraries
 and the extension without importing torch, nor ``site`` (its ``.pth`` files
 would add to every worker's start), and starts only when the first
 runtime-compiled build asks for one.

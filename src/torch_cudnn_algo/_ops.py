@@ -18,7 +18,6 @@ not a stable API.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 from collections.abc import Callable
@@ -99,9 +98,25 @@ class ConvRequest:
                         self.direction)
 
 
+_MEMORY_FORMATS = {torch.contiguous_format: "contiguous", torch.channels_last: "channels_last",
+                   torch.channels_last_3d: "channels_last_3d"}
+
+
+def _conv_json(conv: ConvSpec) -> str:
+    """``conv`` as the extension's operators take a convolution: one JSON object, in the cuDNN
+    form (a 1-d convolution as 2-d), its operands described by shape, dtype and memory format."""
+    c = conv.cudnn_form()
+    return json.dumps({
+        "direction": conv.direction, "input": list(c.input), "weight": list(c.weight),
+        "padding": list(c.padding), "stride": list(c.stride), "dilation": list(c.dilation),
+        "groups": c.groups, "transposed": c.transposed, "output_padding": list(c.output_padding),
+        "dtype": str(c.dtype).removeprefix("torch."), "memory_format": _MEMORY_FORMATS[c.memory_format],
+    })
+
+
 def _conv_request(text: str) -> ConvRequest:
-    """Reads the extension's description of a convolution (a Python dict literal)."""
-    fields = ast.literal_eval(text)
+    """Reads the extension's description of a convolution (a JSON object)."""
+    fields = json.loads(text)
     return ConvRequest(**{name: tuple(value) if isinstance(value, (list, tuple)) else value
                           for name, value in fields.items()})
 
@@ -244,14 +259,14 @@ def active_overrides() -> list[str]:
     return list(_lib().active_overrides())
 
 
-def clear_plan_cache() -> None:
+def clear_runner_cache() -> None:
     """Forgets the runners built, the "fastest" decisions and the tuning log."""
-    _lib().clear_plan_cache()
+    _lib().clear_runner_cache()
 
 
-def plan_cache_size() -> int:
+def runner_cache_size() -> int:
     """How many runners the extension holds."""
-    return int(_lib().plan_cache_size())
+    return int(_lib().runner_cache_size())
 
 
 def cudnn_runtime_version() -> int:
@@ -288,27 +303,25 @@ def tuner_tolerance(dtype: str, allow_tf32: bool) -> float:
 def legacy_workspace_size(conv: ConvSpec, allow_tf32: bool, algo: int) -> int:
     """Workspace bytes legacy algorithm ``algo`` asks for on ``conv``, -1 where cuDNN does not
     support it. Queries cuDNN on the current device; executes nothing."""
-    return int(_lib().legacy_workspace_size(conv.direction, *conv.op_args(), allow_tf32, algo))
+    return int(_lib().legacy_workspace_size(_conv_json(conv), allow_tf32, algo))
 
 
 def describe_convolution(conv: ConvSpec, algo: int, deterministic: bool, allow_tf32: bool,
                          strict: bool) -> ConvDescription:
     """The description and Python repro a refusal of ``algo`` on ``conv`` would print; needs no GPU."""
-    x, w, *geometry = conv.op_args()
-    description, repro = _lib().describe_convolution(conv.direction, algo, x, w, *geometry, deterministic,
-                                                     allow_tf32, strict)
+    description, repro = _lib().describe_convolution(_conv_json(conv), algo, deterministic, allow_tf32, strict)
     return ConvDescription(description, repro)
 
 
 def engine_configs(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> list[EngineConfig]:
     """The engine configurations cuDNN offers for ``conv``: heuristics mode A, mode B, then the
     fallback list, deduplicated; their execution plans are built on the current device."""
-    columns = _lib().engine_configs(conv.direction, *conv.op_args(), deterministic, allow_tf32)
-    split = lambda text: tuple(text.split(",")) if text else ()  # noqa: E731
+    rows = json.loads(_lib().engine_configs(_conv_json(conv), deterministic, allow_tf32))
     return [
-        EngineConfig(name, source, None if workspace < 0 else int(workspace), split(numerical),
-                     split(behavior), knobs, refusal or None)
-        for name, source, workspace, numerical, behavior, knobs, refusal in zip(*columns)
+        EngineConfig(row["name"], row["source"], None if row["workspace"] < 0 else int(row["workspace"]),
+                     tuple(row["numerical_notes"]), tuple(row["behavior_notes"]), row["knob_space"],
+                     row["refusal"] or None)
+        for row in rows
     ]
 
 
@@ -317,7 +330,7 @@ def engine_configs(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> lis
 
 def conv_request(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> tuple[ConvRequest, str]:
     """``conv`` as the profiler reads it on the current device, and its one-line description."""
-    request, description = _lib().conv_request(conv.direction, *conv.op_args(), deterministic, allow_tf32)
+    request, description = _lib().conv_request(_conv_json(conv), deterministic, allow_tf32)
     return _conv_request(request), str(description)
 
 
@@ -352,58 +365,58 @@ def set_profiler(profiler: Callable[[ConvRequest, str], str] | None) -> None:
 # -- plans -----------------------------------------------------------------------------------
 
 
-def stage_plan_choice(conv: ConvSpec, choice: str, label: str, execution_plan: bytes | None = None,
-                      execution_plan_gpu: str = "") -> None:
+def stage_plan_entry(conv: ConvSpec, choice: str, label: str, execution_plan: bytes | None = None,
+                     execution_plan_gpu: str = "") -> None:
     """Stages one plan entry: ``conv`` runs ``choice`` (a flag value, "" for stock's path),
     known as ``label``; ``execution_plan`` is its serialized execution plan, made on a
-    ``execution_plan_gpu``. Nothing changes until :func:`commit_plan_choices`. Needs no GPU."""
+    ``execution_plan_gpu``. Nothing changes until :func:`commit_plan`. Needs no GPU."""
     if execution_plan is None:
-        _lib().stage_plan_choice(conv.direction, *conv.op_args(), choice, label)
+        _lib().stage_plan_entry(_conv_json(conv), choice, label)
     else:
         data = torch.frombuffer(bytearray(execution_plan), dtype=torch.uint8)
-        _lib().stage_plan_choice(conv.direction, *conv.op_args(), choice, label, data, execution_plan_gpu)
+        _lib().stage_plan_entry(_conv_json(conv), choice, label, data, execution_plan_gpu)
 
 
-def commit_plan_choices() -> None:
+def commit_plan() -> None:
     """Puts the staged plan entries in force, replacing those in force."""
-    _lib().commit_plan_choices()
+    _lib().commit_plan()
 
 
-def discard_plan_choices() -> None:
+def discard_staged_plan() -> None:
     """Forgets the staged plan entries."""
-    _lib().discard_plan_choices()
+    _lib().discard_staged_plan()
 
 
-def plan_choices_in_force() -> list[PlanEntryInForce]:
+def plan_entries_in_force() -> list[PlanEntryInForce]:
     """The entries of the plan in force, with their run counts."""
-    labels, choices, runs = _lib().plan_choices_in_force()
-    return [PlanEntryInForce(str(label), str(choice), int(count)) for label, choice, count in
-            zip(labels, choices, runs)]
+    return [PlanEntryInForce(str(row["label"]), str(row["choice"]), int(row["runs"]))
+            for row in json.loads(_lib().plan_entries_in_force())]
 
 
-def plan_blob_labels() -> list[str]:
+def plan_entries_with_execution_plan() -> list[str]:
     """The labels of the plan entries in force that carry a serialized execution plan."""
-    return list(_lib().plan_blob_labels())
+    return list(_lib().plan_entries_with_execution_plan())
 
 
-def plan_blob(conv: ConvSpec, deterministic: bool, allow_tf32: bool, choice: str) -> tuple[bytes, str]:
+def serialized_execution_plan(conv: ConvSpec, deterministic: bool, allow_tf32: bool,
+                              choice: str) -> tuple[bytes, str]:
     """The serialized execution plan of engine configuration ``choice`` on ``conv`` (built on
     the current device if not built yet): (bytes, "") or (b"", why there is none)."""
-    data, why_not = _lib().plan_blob(conv.direction, *conv.op_args(), deterministic, allow_tf32, choice)
+    data, why_not = _lib().serialized_execution_plan(_conv_json(conv), deterministic, allow_tf32, choice)
     return bytes(data.tolist()), str(why_not)
 
 
-def plan_build_counts() -> dict[str, int]:
+def execution_plan_counts() -> dict[str, int]:
     """Execution plans built, deserialized, prefetched, failed to deserialize, and the
     microseconds building and deserializing took (see ``torch_cudnn_algo.execution_plan_counts``)."""
-    return {str(name): int(value) for name, value in _lib().plan_build_counts().items()}
+    return {str(name): int(value) for name, value in _lib().execution_plan_counts().items()}
 
 
-def graph_plans() -> list[ExecutionPlanSummary]:
-    """The execution plans this process built or deserialized so far."""
-    columns = _lib().graph_plans()
-    return [ExecutionPlanSummary(direction, conv, engine, choice, refusal, int(workspace), bool(deserialized))
-            for direction, conv, engine, choice, refusal, workspace, deserialized in zip(*columns)]
+def graph_runners() -> list[ExecutionPlanSummary]:
+    """The execution plans this process's graph runners built or deserialized so far."""
+    return [ExecutionPlanSummary(row["direction"], row["conv"], row["engine"], row["choice"], row["refusal"],
+                                 int(row["workspace"]), bool(row["deserialized"]))
+            for row in json.loads(_lib().graph_runners())]
 
 
 # -- tuning ----------------------------------------------------------------------------------
@@ -422,12 +435,12 @@ def recorded_configs() -> list[ConvRequest]:
 def tune_fastest_conv(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> dict[str, Any]:
     """Runs the "fastest" tuner on ``conv`` on the current device and returns its tuning-log entry;
     nothing is remembered."""
-    return json.loads(_lib().tune_fastest_conv(conv.direction, *conv.op_args(), deterministic, allow_tf32))
+    return json.loads(_lib().tune_fastest_conv(_conv_json(conv), deterministic, allow_tf32))
 
 
 def prepare_fastest_conv(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> None:
     """Queues ``conv``'s "fastest" candidate builds to background threads; nothing runs on the GPU."""
-    _lib().prepare_fastest_conv(conv.direction, *conv.op_args(), deterministic, allow_tf32)
+    _lib().prepare_fastest_conv(_conv_json(conv), deterministic, allow_tf32)
 
 
 def cancel_prepared_fastest() -> None:
@@ -451,11 +464,11 @@ def compile_worker_counts() -> dict[str, int]:
     return {str(name): int(value) for name, value in _lib().compile_worker_counts().items()}
 
 
-def compiled_plan_cache_dir() -> str:
+def execution_plan_cache_dir() -> str:
     """The execution plan cache's folder on disk ("" when off)."""
-    return str(_lib().compiled_plan_cache_dir())
+    return str(_lib().execution_plan_cache_dir())
 
 
-def compiled_plan_cache_counts() -> dict[str, int]:
+def execution_plan_cache_counts() -> dict[str, int]:
     """Execution plans the on-disk cache loaded, saved, rejected, failed to save."""
-    return {str(name): int(value) for name, value in _lib().compiled_plan_cache_counts().items()}
+    return {str(name): int(value) for name, value in _lib().execution_plan_cache_counts().items()}

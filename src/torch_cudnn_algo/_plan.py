@@ -402,21 +402,21 @@ def _loadable_execution_plans(plan: Plan, warn: bool) -> dict[ConvSpec, Serializ
 def _apply(plan: Plan | None, warn: bool = True) -> None:
     """Puts `plan` in force in the extension, all entries or none."""
     global _in_force
-    _ops.discard_plan_choices()
+    _ops.discard_staged_plan()
     try:
         loadable = _loadable_execution_plans(plan, warn) if plan is not None else {}
         for conv, entry in (plan.entries.items() if plan is not None else ()):
             choice = "" if entry.choice is None else str(entry.choice)
             built = loadable.get(conv)
             if built is None:
-                _ops.stage_plan_choice(conv, choice, str(conv))
+                _ops.stage_plan_entry(conv, choice, str(conv))
             else:
-                _ops.stage_plan_choice(conv, choice, str(conv), built.data, built.gpu)
+                _ops.stage_plan_entry(conv, choice, str(conv), built.data, built.gpu)
     except Exception as exc:
-        _ops.discard_plan_choices()
+        _ops.discard_staged_plan()
         where = plan.source if plan is not None and plan.source else "the plan"
         raise PlanError(f"{where}: cannot be used: {exc}") from None
-    _ops.commit_plan_choices()
+    _ops.commit_plan()
     _in_force = plan
 
 
@@ -450,7 +450,7 @@ def plan_entry_run_counts() -> dict[str, int]:
     """Per entry of the plan in use (its configuration's string form), how many calls
     ran its choice since the plan was put in use: what tells "the planned
     algorithm ran" from "it was refused" (warning) or "never met"."""
-    return {entry.label: entry.runs for entry in _ops.plan_choices_in_force()}
+    return {entry.label: entry.runs for entry in _ops.plan_entries_in_force()}
 
 
 def execution_plan_counts() -> dict[str, int]:
@@ -465,7 +465,7 @@ def execution_plan_counts() -> dict[str, int]:
     then built); ``"build_us"`` and ``"deserialize_us"``: the microseconds those
     builds and deserializations (failed attempts included) took, added up over
     threads."""
-    return _ops.plan_build_counts()
+    return _ops.execution_plan_counts()
 
 
 _deprecation_warned: set[str] = set()

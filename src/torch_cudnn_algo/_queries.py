@@ -55,7 +55,7 @@ def clear_cache() -> None:
     algorithm setups) and every ``"fastest"`` decision (with the
     :func:`tuning_log`): the next call per configuration rebuilds (or tunes)
     it and logs (or warns) again."""
-    _ops.clear_plan_cache()
+    _ops.clear_runner_cache()
 
 
 def tuning_log() -> list[dict[str, object]]:

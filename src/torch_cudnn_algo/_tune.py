@@ -131,7 +131,7 @@ def _with_execution_plan(spec: ConvSpec, deterministic: bool, allow_tf32: bool, 
     (the tuner's, already built), or with why there is none."""
     if not isinstance(entry.choice, str):  # a legacy algorithm or stock's path: nothing to keep
         return entry
-    data, why_not = _ops.plan_blob(spec, deterministic, allow_tf32, entry.choice)
+    data, why_not = _ops.serialized_execution_plan(spec, deterministic, allow_tf32, entry.choice)
     if why_not:
         return dataclasses.replace(entry, execution_plan_unavailable=why_not)
     built = SerializedExecutionPlan(data, torch.cuda.get_device_name(), _ops.cudnn_runtime_version(),

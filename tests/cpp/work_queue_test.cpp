@@ -1,6 +1,6 @@
-// CPU checks of csrc/work_queue.h, compiled and run by tests/test_work_queue.py.
+// CPU checks of csrc/base/work_queue.h, compiled and run by tests/test_work_queue.py.
 // Each check prints its name; a failed CHECK prints where and exits 1.
-#include "work_queue.h"
+#include "base/work_queue.h"
 
 #include <sys/wait.h>
 

@@ -66,7 +66,7 @@ def step(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def graph_plans() -> list[dict]:
-    return [summary._asdict() for summary in torch_cudnn_algo._ops.graph_plans()]
+    return [summary._asdict() for summary in torch_cudnn_algo._ops.graph_runners()]
 
 
 def main(argv: list[str]) -> dict:

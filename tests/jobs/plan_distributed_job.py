@@ -60,7 +60,7 @@ def main(out_dir: Path) -> int:
         losses.append(loss.item())  # synchronizes
         step_seconds.append(time.perf_counter() - started)
     torch.cuda.synchronize()
-    in_force = torch_cudnn_algo._ops.plan_choices_in_force()
+    in_force = torch_cudnn_algo._ops.plan_entries_in_force()
     mine = {"rank": rank, "gpu": torch.cuda.get_device_name(), "device": local_rank,
             "choices": {e.label: e.choice for e in in_force}, "runs": {e.label: e.runs for e in in_force},
             "losses": losses,

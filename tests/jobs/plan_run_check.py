@@ -58,7 +58,7 @@ def main(batch: int, image_size: int) -> dict:
     x = default_example_inputs(batch, image_size, "cuda")
     logits_plan, grads_plan = step(model, x, amp=True)
     torch.cuda.synchronize()
-    in_force = torch_cudnn_algo._ops.plan_choices_in_force()
+    in_force = torch_cudnn_algo._ops.plan_entries_in_force()
     with torch_cudnn_algo.use_plan(None):
         logits_stock, grads_stock = step(model, x, amp=True)
         reference = model.double()

@@ -1,0 +1,223 @@
+// The tuner's candidates: heuristics mode A's configurations under the rules,
+// in cuDNN's ranking; the first round's runners built in parallel threads
+// (runtime-compiled ones beyond stock's own only up to a budget); stock's
+// configuration found among them; and the queue that prepares every
+// configuration of tune() ahead.
+#include "decide/fastest_tuner.h"
+#include "decide/tuner.h"
+
+#include "base/python_bridge.h"
+#include "base/work_queue.h"
+#include "decide/plan.h"
+#include "run/engine_enumeration.h"
+#include "run/engine_name.h"
+#include "run/graph_runner.h"
+
+#include <c10/cuda/CUDAGuard.h>
+
+#include <atomic>
+#include <thread>
+
+namespace torch_cudnn_algo {
+namespace tuner {
+namespace {
+
+// Heuristics A's first entries built and timed in the first round. Stock's
+// benchmark mode times ten of this list, but the fastest is nearly always among
+// the first few, and the lower-ranked ones cost most of the builds and of the
+// first round's GPU time (slow engines).
+constexpr size_t kFirstRoundCandidates = 4;
+// Grouped convolutions that are not depthwise (several channels per group) time
+// ten, as stock's benchmark mode does: there the heuristics rank the fastest
+// engines lower.
+constexpr size_t kGroupedFirstRoundCandidates = 10;
+// Runtime-compiled configurations (RUNTIME_COMPILATION note) built besides
+// stock's own: building one compiles its kernel (NVRTC), orders of magnitude
+// costlier than a precompiled engine's build.
+constexpr int64_t kRtcCandidates = 1;
+
+// The first round's size for `key` (TORCH_CUDNN_ALGO_TUNE_CANDIDATES overrides
+// it for every convolution, for measurements).
+size_t first_round_candidates(const ConvKey& key) {
+  const bool grouped = key.groups > 1 && key.input_sizes[1] / key.groups > 1;
+  const size_t size = grouped ? kGroupedFirstRoundCandidates : kFirstRoundCandidates;
+  return static_cast<size_t>(
+      std::max<int64_t>(1, env_int("TORCH_CUDNN_ALGO_TUNE_CANDIDATES", static_cast<int64_t>(size))));
+}
+
+// Runtime-compiled configurations among the first round's that are built
+// besides stock's own, in the heuristics' order
+// (TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES overrides it; negative: all).
+int64_t rtc_candidates() {
+  return env_int("TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES", kRtcCandidates);
+}
+
+// `indices`' runners built with up to `threads` threads, their seconds counted in `spent`.
+void build_into(const ConvKey& key, Prepared& p, const std::vector<size_t>& indices, size_t threads) {
+  p.spent.build_s += build_runners(key, p.candidates, indices, threads);
+  for (const size_t i : indices) p.spent.build_sum_s += p.candidates[i].build_s;
+}
+
+// Stock runs the first configuration of heuristics A that builds (mode A comes
+// first in the list; fallback entries follow it). A runtime-compiled one left
+// unbuilt ahead of the first that built would be stock's if it builds: it is
+// built now, in list order, until stock's configuration is known.
+void find_stock_config(const ConvKey& key, Prepared& p, size_t threads) {
+  for (size_t i = 0; i < p.candidates.size() && !p.stock_config; ++i) {
+    if (p.candidates[i].deferred) build_into(key, p, {i}, threads);
+    if (p.candidates[i].runnable()) {
+      p.stock_config = i;
+      p.candidates[i].is_stock_config = true;
+    }
+  }
+}
+
+// tune() knows every configuration before it tunes the first: prepare_fastest
+// queues each one's preparation (heuristics query and runner builds, no GPU
+// work) to background threads, one configuration per thread, so that builds of
+// different configurations overlap; a tuning then takes its configuration's
+// result (waiting for it alone) and times it while the threads go on building
+// the configurations after it. Runtime compilation serialises in the process
+// (NVRTC holds a process-wide lock while it compiles), so the compiles are a
+// chain that timing need not wait behind; compile workers in other processes
+// share that chain (see compile_workers.h).
+using PrepareQueue = WorkQueue<ConvKey, Prepared, ConvKeyHash>;
+
+// One configuration's preparation on a queue thread; nullopt when it failed
+// (not remembered: the tuning then prepares inline and reports the error).
+std::optional<Prepared> prepare_ahead(const ConvKey& key) {
+  try {
+    const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
+    Prepared prepared = prepare(key, 1);
+    prepared.ahead = true;
+    return prepared;
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+PrepareQueue& prepare_queue() {
+  static auto* queue = new PrepareQueue(prepare_ahead, build_threads());  // leaked, like the caches
+  return *queue;
+}
+
+}  // namespace
+
+size_t build_threads() {
+  const int64_t fallback = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 8);
+  return static_cast<size_t>(std::max<int64_t>(1, env_int("TORCH_CUDNN_ALGO_TUNE_THREADS", fallback)));
+}
+
+double build_runners(const ConvKey& key, std::vector<Candidate>& candidates, const std::vector<size_t>& indices,
+                     size_t max_threads) {
+  if (indices.empty()) return 0;
+  const auto started = Clock::now();
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    const c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(key.device));
+    for (size_t k = next++; k < indices.size(); k = next++) {
+      Candidate& c = candidates[indices[k]];
+      const auto build_started = Clock::now();
+      try {
+        bool created = false;
+        c.runner = get_graph_runner(key, c.name, &created, plan_execution_plans(), c.rtc);
+        c.cached = !created;
+      } catch (const std::exception&) {
+        c.runner = nullptr;  // cuDNN cannot build it: not a candidate
+      }
+      c.built = true;
+      c.deferred = false;
+      c.build_s = seconds_since(build_started);
+    }
+  };
+  const size_t threads = std::min(max_threads, indices.size());
+  const WithoutGil unlocked;  // the builders (this thread among them) may log to Python
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+  return seconds_since(started);
+}
+
+std::vector<size_t> index_range(size_t first, size_t end) {
+  std::vector<size_t> indices;
+  for (size_t i = first; i < end; ++i) indices.push_back(i);
+  return indices;
+}
+
+Prepared prepare(const ConvKey& key, size_t threads) {
+  Prepared p;
+  const auto started = Clock::now();
+  for (const auto& listed : heuristic_engine_candidates(key)) {
+    if (!listed.refusal.empty()) continue;  // the determinism / TF32 rules
+    const auto name = parse_engine_name(listed.name).canonical;
+    if (!p.known.insert(name).second) continue;
+    Candidate c;
+    c.name = name;
+    c.rank = static_cast<int>(p.candidates.size());
+    c.rtc = std::find(listed.behavior_notes.begin(), listed.behavior_notes.end(),
+                      "RUNTIME_COMPILATION") != listed.behavior_notes.end();
+    p.candidates.push_back(std::move(c));
+  }
+  p.spent.heuristics_s = seconds_since(started);
+  p.listed = p.candidates.size();
+  // Heuristics A's ranking decides what the first round times; the rest of the
+  // list (lower-ranked A entries, fallback) is built only if the first ones fail.
+  const size_t round = first_round_candidates(key);
+  const size_t considered = std::min(round, p.candidates.size());
+  std::vector<Candidate> rest(p.candidates.begin() + considered, p.candidates.end());
+  p.candidates.resize(considered);
+  // Precompiled configurations are cheap to build; runtime-compiled ones are
+  // not: the first entry (stock's configuration, unless it fails to build) and
+  // the best-ranked others up to the budget. The rest are deferred.
+  const int64_t rtc_budget = rtc_candidates();
+  int64_t rtc_taken = 0;
+  std::vector<size_t> first_builds;
+  for (size_t i = 0; i < p.candidates.size(); ++i) {
+    Candidate& c = p.candidates[i];
+    if (c.rtc && i > 0 && rtc_budget >= 0) {
+      if (rtc_taken >= rtc_budget) {
+        c.deferred = true;
+        continue;
+      }
+      ++rtc_taken;
+    }
+    first_builds.push_back(i);
+  }
+  build_into(key, p, first_builds, threads);
+  find_stock_config(key, p, threads);
+  while (!p.stock_config && !rest.empty()) {
+    const size_t first = p.candidates.size();
+    const size_t take = std::min(round, rest.size());
+    p.candidates.insert(p.candidates.end(), rest.begin(), rest.begin() + take);
+    rest.erase(rest.begin(), rest.begin() + take);
+    build_into(key, p, index_range(first, p.candidates.size()), threads);
+    find_stock_config(key, p, threads);
+  }
+  return p;
+}
+
+void wait_until_prepared_all() {
+  const WithoutGil unlocked;  // the builders may log to Python
+  prepare_queue().wait_idle();
+}
+
+std::optional<Prepared> take_prepared(const ConvKey& key) {
+  const WithoutGil unlocked;  // the builders may log to Python
+  return prepare_queue().take(key, PrepareQueue::IfQueued::kWait);
+}
+
+}  // namespace tuner
+
+
+void prepare_fastest(ConvKey key) {
+  key.algo = kNoChoice;
+  tuner::prepare_queue().add(key);
+}
+
+void cancel_prepared_fastest() {
+  const WithoutGil unlocked;  // the builders may log to Python
+  tuner::prepare_queue().cancel();
+}
+
+}  // namespace torch_cudnn_algo

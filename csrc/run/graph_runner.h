@@ -1,0 +1,46 @@
+// Runs cuDNN graph-API engine configurations (what stock PyTorch runs) through
+// the cuDNN frontend 1.x: conv_fprop, conv_dgrad and conv_wgrad graphs, one
+// GraphRunner per (configuration, engine name), built once and shared (the
+// graph runner cache). A runner comes from the serialized execution plan its
+// plan entry carries, from the execution plan cache or a compile worker
+// (runtime-compiled configurations), or is built here (graph_build.h).
+#pragma once
+
+#include "run/runner.h"
+#include "store/serialized_execution_plan.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_cudnn_algo {
+
+// The runner running `engine` on `key`'s problem, built on first use (heuristics
+// query, support check and execution plan build; nothing executed). `*created`
+// as for get_legacy_runner. `plan` is what the user's plan carries (the caller
+// reads the plan; see plan_execution_plans): a runner built from the serialized
+// execution plan of its entry. Must run with key.device current. A
+// `runtime_compiled` configuration (cuDNN's RUNTIME_COMPILATION note) is loaded
+// from the execution plan cache when an earlier process saved it, else may be
+// built by a compile worker while tune() runs, and is then saved (see
+// execution_plan_cache.h and compile_workers.h).
+std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::string& engine, bool* created,
+                                               const SerializedExecutionPlanSource& plan,
+                                               bool runtime_compiled = false);
+
+void clear_graph_runners();
+size_t graph_runner_count();
+
+// One runner of the graph runner cache, for tests and reports.
+struct GraphRunnerSummary {
+  ConvKey key;
+  std::string engine;  // the name it was asked for
+  std::string choice;  // the configuration cuDNN runs
+  std::string refusal;
+  int64_t workspace;
+  bool deserialized;  // loaded from a serialized execution plan (a plan file's, or a compile worker's)
+};
+std::vector<GraphRunnerSummary> graph_runner_summaries();
+
+}  // namespace torch_cudnn_algo
