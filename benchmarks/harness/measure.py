@@ -44,11 +44,6 @@ from .timing import DEVICE, capture_trainer_step, energy_j_per_step, events_ms, 
     profile_conv_host, replay_ms, step_seconds, steps_wall_cpu_ms, warm_up_cuda
 
 
-def _counter(name: str, old_name: str) -> Callable[[], dict]:
-    """A public counter by its name, or by its older name in a package that predates it."""
-    return getattr(torch_cudnn_algo, name, None) or getattr(torch_cudnn_algo, old_name)
-
-
 @contextlib.contextmanager
 def applied(mode: str, plan: torch_cudnn_algo.Plan | None) -> Iterator[None]:
     """A mode: "stock" and "control" (no plan, flags None), "plan" (the tuned plan in use, flags
@@ -305,8 +300,8 @@ def plan_first_step(network: str, settings: Settings, plan_path: Path, part: str
     before = torch_cudnn_algo.pinned_run_counts()
     first = step_seconds(trainer)
     runs = pinned_runs_since(before)
-    counts = _counter("plan_entry_run_counts", "plan_run_counts")()
-    builds = _counter("execution_plan_counts", "plan_build_counts")()
+    counts = torch_cudnn_algo.plan_entry_run_counts()
+    builds = torch_cudnn_algo.execution_plan_counts()
     second = step_seconds(trainer)
     progress(f"first step with the plan {first:.2f} s (second {second:.3f} s); plan applied by {applied_by}")
     write_raw(settings, network, part, {
