@@ -49,9 +49,9 @@ def test_nothing_but_the_package_is_installed():
 
 @pytest.mark.skipif(os.environ.get("TORCH_CUDNN_ALGO_DEBUG_BUILD", "") not in ("", "0"),
                     reason="a debug build keeps its symbols")
-def test_wheel_stays_under_the_readme_s_1_mb():
-    # docs/wheels.md: the wheel is under 1 MB (benchmarks/results/cpu-2026-11-24-wheel.txt: 725,596
-    # bytes). A wheel is a zip, deflated: its size is about the deflated extension plus the
+def test_wheel_stays_under_1_2_mb():
+    # docs/wheels.md: the wheel is about 1 MB, under 1.2 MB (the stripped extension deflates to
+    # about 0.9 MB). A wheel is a zip, deflated: its size is about the deflated extension plus the
     # deflated Python files and the README (its METADATA). Estimated the same way here,
     # from what is installed, without building one.
     package = Path(torch_cudnn_algo.__file__).parent
@@ -59,7 +59,7 @@ def test_wheel_stays_under_the_readme_s_1_mb():
     readme = package.parent.parent / "README.md"  # beside src/ in an editable install; else an allowance
     estimate = sum(len(zlib.compress(f.read_bytes(), 6)) for f in files)
     estimate += len(zlib.compress(readme.read_bytes(), 6)) if readme.exists() else 40_000
-    assert estimate < 1_000_000, f"the wheel would be about {estimate:,} bytes: update docs/wheels.md's 'under 1 MB'"
+    assert estimate < 1_200_000, f"the wheel would be about {estimate:,} bytes: update docs/wheels.md's 'under 1.2 MB'"
 
 
 def test_the_built_extension_loads_into_this_torch():
