@@ -12,7 +12,7 @@ from typing import Any
 
 from .config import EAGER_COMPARED, EAGER_MODES, REPORTED_MODES, Settings
 from .networks import ZOO
-from .results import now_iso, progress, write_json
+from .results import nested, now_iso, progress, write_json
 from .stats import ratio
 
 def raw_dir(out: Path) -> Path:
@@ -44,16 +44,6 @@ def load_raw(out: Path) -> list[dict]:
     return records
 
 
-def _get(record: dict | None, *keys: str) -> Any:
-    """A nested value of a raw record, None where the record, a key or the measurement is missing."""
-    value: Any = record
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
-
-
 def _ok(record: dict | None) -> dict | None:
     return record if record is not None and "error" not in record else None
 
@@ -62,85 +52,85 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
     """One network of the result: the headline fields first (None where not measured), then the detail."""
     setup, eager, host = _ok(parts.get("setup")), _ok(parts.get("eager")), _ok(parts.get("host"))
     gpu, first, bench = _ok(parts.get("gpu")), _ok(parts.get("first_step")), _ok(parts.get("benchmark"))
-    gpu_ms = {"heuristics": _get(gpu, "median_ms", "heuristics"),
-              "benchmark": _get(bench, "gpu", "median_ms", "benchmark"),
-              "fastest": _get(gpu, "median_ms", "fastest")}
+    gpu_ms = {"heuristics": nested(gpu, "median_ms", "heuristics"),
+              "benchmark": nested(bench, "gpu", "median_ms", "benchmark"),
+              "fastest": nested(gpu, "median_ms", "fastest")}
     names = _ok(parts.get("names_first_step"))
-    first_step = {"stock": _get(setup, "first_step_s"), "plan": _get(first, "first_step_s")}
+    first_step = {"stock": nested(setup, "first_step_s"), "plan": nested(first, "first_step_s")}
     entry: dict[str, Any] = {
         "name": name,
         "gpu_ms": gpu_ms,
-        "eager_ms": {mode: _get(eager, "median_ms", mode) for mode in REPORTED_MODES},
-        "host_us_per_conv_call": {mode: _get(host, "median_us_per_call", mode) for mode in ("stock", "plan")},
-        "tune_s": _get(setup, "tune_s"),
-        "benchmark_search_s": _get(bench, "benchmark_search_s"),
+        "eager_ms": {mode: nested(eager, "median_ms", mode) for mode in REPORTED_MODES},
+        "host_us_per_conv_call": {mode: nested(host, "median_us_per_call", mode) for mode in ("stock", "plan")},
+        "tune_s": nested(setup, "tune_s"),
+        "benchmark_search_s": nested(bench, "benchmark_search_s"),
         "first_step_s": first_step,
     }
     notes: list[str] = []
     entry.update({
         "kinds": sorted(ZOO[name].kinds) if name in ZOO else None,
-        "eager_control_ms": _get(eager, "median_ms", "control"),
-        "eager_rounds_ms": _get(eager, "rounds_ms"),
-        "eager_ratio": {mode: _get(eager, "ratio", mode) for mode in EAGER_COMPARED},
-        "eager_cpu_ms": {mode: _get(eager, "cpu_median_ms", mode) for mode in EAGER_MODES},
-        "eager_cpu_ratio": {mode: _get(eager, "cpu_ratio", mode) for mode in EAGER_COMPARED},
-        "eager_orders": _get(eager, "orders"),
-        "host_us_per_conv_call_fastest": _get(host, "median_us_per_call", "fastest"),
-        "host_rounds_us": _get(host, "rounds_us"),
-        "host_ratio": {mode: _get(host, "ratio", mode) for mode in EAGER_COMPARED},
-        "host_conv_calls_per_step": _get(host, "conv_calls_per_step"),
-        "host_ops": _get(host, "ops"),
+        "eager_control_ms": nested(eager, "median_ms", "control"),
+        "eager_rounds_ms": nested(eager, "rounds_ms"),
+        "eager_ratio": {mode: nested(eager, "ratio", mode) for mode in EAGER_COMPARED},
+        "eager_cpu_ms": {mode: nested(eager, "cpu_median_ms", mode) for mode in EAGER_MODES},
+        "eager_cpu_ratio": {mode: nested(eager, "cpu_ratio", mode) for mode in EAGER_COMPARED},
+        "eager_orders": nested(eager, "orders"),
+        "host_us_per_conv_call_fastest": nested(host, "median_us_per_call", "fastest"),
+        "host_rounds_us": nested(host, "rounds_us"),
+        "host_ratio": {mode: nested(host, "ratio", mode) for mode in EAGER_COMPARED},
+        "host_conv_calls_per_step": nested(host, "conv_calls_per_step"),
+        "host_ops": nested(host, "ops"),
         # The same calls with the GPU drained before every conv module: no call waits for a free
         # launch slot, which a GPU-bound step charges to whichever op launches.
-        "host_us_per_conv_call_gpu_drained": {mode: _get(host, "drained_median_us_per_call", mode)
+        "host_us_per_conv_call_gpu_drained": {mode: nested(host, "drained_median_us_per_call", mode)
                                               for mode in ("stock", "plan", "fastest")},
-        "host_ratio_gpu_drained": {mode: _get(host, "drained_ratio", mode) for mode in EAGER_COMPARED},
-        "host_ops_gpu_drained": _get(host, "drained_ops"),
-        "gpu_repeats_ms": {"heuristics": _get(gpu, "repeats_ms", "heuristics"),
-                           "benchmark": _get(bench, "gpu", "repeats_ms", "benchmark"),
-                           "fastest": _get(gpu, "repeats_ms", "fastest")},
+        "host_ratio_gpu_drained": {mode: nested(host, "drained_ratio", mode) for mode in EAGER_COMPARED},
+        "host_ops_gpu_drained": nested(host, "drained_ops"),
+        "gpu_repeats_ms": {"heuristics": nested(gpu, "repeats_ms", "heuristics"),
+                           "benchmark": nested(bench, "gpu", "repeats_ms", "benchmark"),
+                           "fastest": nested(gpu, "repeats_ms", "fastest")},
         "gpu_speedup_fastest": {"vs_heuristics": ratio(gpu_ms["heuristics"], gpu_ms["fastest"]),
                                 "vs_benchmark": ratio(gpu_ms["benchmark"], gpu_ms["fastest"]),
-                                "vs_heuristics_per_repeat": _get(gpu, "ratio", "fastest")},
+                                "vs_heuristics_per_repeat": nested(gpu, "ratio", "fastest")},
         # The tuned plan against stock's benchmark picks in the benchmark child, interleaved: the
         # comparison that cross-process clock drift does not blur (vs_benchmark above is across
         # processes).
-        "gpu_ms_plan_in_benchmark_process": _get(bench, "gpu", "median_ms", "plan"),
-        "gpu_speedup_plan_vs_benchmark_same_process": _get(bench, "gpu", "ratio", "plan"),
-        "benchmark_process_plan_pinned_runs_per_step": _get(bench, "plan_pinned_runs_per_step"),
-        "gpu_method": {"heuristics": _get(gpu, "method", "heuristics"),
-                       "benchmark": _get(bench, "gpu", "method", "benchmark"),
-                       "fastest": _get(gpu, "method", "fastest")},
-        "energy_j_per_step": {"heuristics": _get(gpu, "energy_j_per_step", "heuristics"),
-                              "benchmark": _get(bench, "gpu", "energy_j_per_step", "benchmark"),
-                              "fastest": _get(gpu, "energy_j_per_step", "fastest")},
+        "gpu_ms_plan_in_benchmark_process": nested(bench, "gpu", "median_ms", "plan"),
+        "gpu_speedup_plan_vs_benchmark_same_process": nested(bench, "gpu", "ratio", "plan"),
+        "benchmark_process_plan_pinned_runs_per_step": nested(bench, "plan_pinned_runs_per_step"),
+        "gpu_method": {"heuristics": nested(gpu, "method", "heuristics"),
+                       "benchmark": nested(bench, "gpu", "method", "benchmark"),
+                       "fastest": nested(gpu, "method", "fastest")},
+        "energy_j_per_step": {"heuristics": nested(gpu, "energy_j_per_step", "heuristics"),
+                              "benchmark": nested(bench, "gpu", "energy_j_per_step", "benchmark"),
+                              "fastest": nested(gpu, "energy_j_per_step", "fastest")},
         "tune_over_benchmark_search": ratio(entry["tune_s"], entry["benchmark_search_s"]),
         "first_step_plan_over_stock": ratio(first_step["plan"], first_step["stock"]),
         # Choices without their execution plans: heuristics skipped, every execution plan built (compiled).
-        "first_step_plan_names_s": _get(names, "first_step_s"),
-        "first_step_plan_build_counts": {"plan": _get(first, "plan_build_counts"),
-                                         "plan_names": _get(names, "plan_build_counts")},
-        "benchmark_second_step_s": _get(bench, "second_step_s"),
-        "fastest_policy_tuning_s": _get(setup, "modes", "fastest", "tuning_s"),
-        "plan_file_bytes": _get(setup, "plan_file_bytes"),
-        "plan_entries": _get(setup, "plan_entries"),
-        "plan_non_stock_entries": _get(setup, "plan_non_stock_entries"),
-        "plan_execution_plans": _get(setup, "plan_execution_plans"),
-        "pinned_runs_per_step": {mode: _get(setup, "modes", mode, "pinned_runs_per_step") for mode in EAGER_MODES},
-        "plan_first_step_runs": {key: _get(first, key) for key in ("plan_applied_by", "plan_entries_run",
+        "first_step_plan_names_s": nested(names, "first_step_s"),
+        "first_step_plan_build_counts": {"plan": nested(first, "plan_build_counts"),
+                                         "plan_names": nested(names, "plan_build_counts")},
+        "benchmark_second_step_s": nested(bench, "second_step_s"),
+        "fastest_policy_tuning_s": nested(setup, "modes", "fastest", "tuning_s"),
+        "plan_file_bytes": nested(setup, "plan_file_bytes"),
+        "plan_entries": nested(setup, "plan_entries"),
+        "plan_non_stock_entries": nested(setup, "plan_non_stock_entries"),
+        "plan_execution_plans": nested(setup, "plan_execution_plans"),
+        "pinned_runs_per_step": {mode: nested(setup, "modes", mode, "pinned_runs_per_step") for mode in EAGER_MODES},
+        "plan_first_step_runs": {key: nested(first, key) for key in ("plan_applied_by", "plan_entries_run",
                                                                    "plan_runs_first_step", "pinned_runs_first_step")},
-        "workload": _get(setup, "workload") or _get(bench, "workload") or _get(first, "workload"),
+        "workload": nested(setup, "workload") or nested(bench, "workload") or nested(first, "workload"),
         "loops": {part: record.get("settings") for part, record in parts.items()},
         "measured": {part: record.get("measured") for part, record in parts.items()},
         "errors": {part: record["error"] for part, record in parts.items() if "error" in record},
     })
     for part, record in parts.items():
-        for label, text in (_get(record, "errors") or _get(record, "gpu", "errors") or {}).items():
+        for label, text in (nested(record, "errors") or nested(record, "gpu", "errors") or {}).items():
             notes.append(f"{part} {label}: {text}")
-    quick = [part for part, record in parts.items() if _get(record, "settings", "quick") and "error" not in record]
+    quick = [part for part, record in parts.items() if nested(record, "settings", "quick") and "error" not in record]
     if quick:
         notes.append(f"measured with --quick (a smoke run, not a measurement): {', '.join(quick)}")
-    tuned_in_rounds = _get(eager, "configs_tuned_in_rounds")
+    tuned_in_rounds = nested(eager, "configs_tuned_in_rounds")
     if tuned_in_rounds:
         notes.append(f'eager: "fastest" tuned {tuned_in_rounds} configurations during the timed rounds')
     entry["notes"] = notes
@@ -151,14 +141,14 @@ def merge(out: Path) -> dict | None:
     """The result of every raw file under ``out`` measured on the latest run's GPU (another GPU's
     numbers are left out, named on stderr); None where there is none."""
     records = load_raw(out)
-    measured = [r for r in records if _get(r, "environment", "device")]
+    measured = [r for r in records if nested(r, "environment", "device")]
     if not measured:
         return None
     latest = max(measured, key=lambda r: r.get("measured") or "")
     device = latest["environment"]["device"]
     parts: dict[str, dict[str, dict]] = {}
     for record in records:
-        other = _get(record, "environment", "device")
+        other = nested(record, "environment", "device")
         if other not in (None, device):
             progress(f"merge: leaving out {record['network']}.{record['part']}, measured on {other}, not {device}")
             continue

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .results import nested
 from .stats import median, num, ratio, spread, trio
 
 Row = Callable[[dict], list[str]]
-
-
-def _get(net: dict, *keys: str) -> object:
-    value: object = net
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
 
 
 def network_label(net: dict) -> str:
@@ -52,9 +44,9 @@ def _eager_row(net: dict) -> list[str]:
 def _host_row(net: dict) -> list[str]:
     host = net.get("host_us_per_conv_call") or {}
     drained = net.get("host_us_per_conv_call_gpu_drained") or {}
-    return [trio([host.get("stock"), host.get("plan")], 1), spread(_get(net, "host_ratio", "plan")),
+    return [trio([host.get("stock"), host.get("plan")], 1), spread(nested(net, "host_ratio", "plan")),
             trio([drained.get("stock"), drained.get("plan")], 1),
-            spread(_get(net, "host_ratio_gpu_drained", "plan"))]
+            spread(nested(net, "host_ratio_gpu_drained", "plan"))]
 
 
 # (title, what it shows, column headers after "network", the row, whether a network has it)
@@ -110,7 +102,7 @@ def render_markdown(report: dict) -> str:
         f"torch {report['torch']}, cuDNN {report['cudnn']}, {report['date']}. Made by `python benchmarks/zoo.py` "
         "(see `docs/performance.md`); numbers are medians, `—` not measured.",
     ]
-    if any(_get(net, "loops", "setup", "knob_search") for net in networks):
+    if any(nested(net, "loops", "setup", "knob_search") for net in networks):
         lines += ["", "Measured with `--knob-search`: `conv_knob_search` on for `tune()` and `\"fastest\"`."]
     for title, text, headers, row, has in TABLES:
         measured = [net for net in networks if has(net)]
@@ -134,8 +126,8 @@ def summary(report: dict) -> dict[str, float | None]:
     the plan over stock's, and ``tune()`` over ``benchmark=True``'s search."""
     nets = report["networks"]
     return {
-        "plan_vs_benchmark_gpu": median([_get(n, "gpu_speedup_plan_vs_benchmark_same_process", "median") for n in nets]),
-        "fastest_vs_heuristics_gpu": median([_get(n, "gpu_speedup_fastest", "vs_heuristics") for n in nets]),
+        "plan_vs_benchmark_gpu": median([nested(n, "gpu_speedup_plan_vs_benchmark_same_process", "median") for n in nets]),
+        "fastest_vs_heuristics_gpu": median([nested(n, "gpu_speedup_fastest", "vs_heuristics") for n in nets]),
         "first_step_plan_over_stock": median([n.get("first_step_plan_over_stock") for n in nets]),
         "tune_over_benchmark_search": median([ratio(n.get("tune_s"), n.get("benchmark_search_s")) for n in nets]),
     }

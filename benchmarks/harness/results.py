@@ -17,7 +17,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["REPO_ROOT", "cudnn_text", "device_slug", "dumps", "environment", "error_text", "finite", "now_iso",
+__all__ = ["REPO_ROOT", "cudnn_text", "device_slug", "dumps", "environment", "error_text", "finite", "nested", "now_iso",
            "progress", "set_progress_label", "write_json"]
 
 
@@ -50,6 +50,16 @@ def finite(value: Any) -> Any:
         return {key: finite(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [finite(item) for item in value]
+    return value
+
+
+def nested(record: Any, *keys: str) -> Any:
+    """A nested value of a result record, None where the record, a key or the measurement is missing."""
+    value = record
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
     return value
 
 
