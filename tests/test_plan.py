@@ -17,7 +17,9 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import ConvSpec, Plan, PlanEntry, PlanError, PlanMismatchWarning
+from torch_cudnn_algo import ConvSpec, Plan, PlanEntry, PlanError
+
+from plan_checks import check_mismatch_warns_and_strict_refuses
 
 ENGINE = "eng0_k2=1_k13=0"
 FWD = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"
@@ -91,15 +93,7 @@ def test_another_cudnn_warns_and_strict_refuses(tmp_path: Path, mutate, expected
     data = sample_plan().to_dict()
     mutate(data)
     path = write(tmp_path / "other.json", data)
-    with pytest.warns(PlanMismatchWarning, match=expected):
-        plan = torch_cudnn_algo.load_plan(path)
-    assert len(plan) == 4
-    with pytest.raises(PlanError, match=expected) as info:
-        torch_cudnn_algo.load_plan(path, strict=True)
-    assert str(path) in str(info.value)
-    torch.backends.cudnn.conv_algo_strict = True  # strict=None follows the flag
-    with pytest.raises(PlanError, match=expected):
-        torch_cudnn_algo.load_plan(path)
+    check_mismatch_warns_and_strict_refuses(path, expected, entries=4)
 
 
 def good() -> dict:

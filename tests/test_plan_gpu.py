@@ -20,7 +20,9 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import ConvSpec, Plan, PlanError, PlanMismatchWarning
+from torch_cudnn_algo import ConvSpec, Plan
+
+from plan_checks import check_mismatch_warns_and_strict_refuses
 
 pytestmark = pytest.mark.gpu
 
@@ -163,15 +165,7 @@ def test_a_plan_made_on_another_gpu_warns_and_strict_refuses(tmp_path: Path) -> 
     path = tmp_path / "other.json"
     path.write_text(json.dumps(data))
     expected = "made on a Imaginary GPU 9000"
-    with pytest.warns(PlanMismatchWarning, match=expected):
-        plan = torch_cudnn_algo.load_plan(path)
-    assert len(plan) == 1
-    with pytest.raises(PlanError, match=expected) as info:
-        torch_cudnn_algo.load_plan(path, strict=True)
-    assert str(path) in str(info.value)
-    torch.backends.cudnn.conv_algo_strict = True  # strict=None follows the flag
-    with pytest.raises(PlanError, match=expected):
-        torch_cudnn_algo.load_plan(path)
+    check_mismatch_warns_and_strict_refuses(path, expected, entries=1)
 
 
 @pytest.mark.parametrize("policy", ["least_workspace", "lowest_energy"])
