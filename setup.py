@@ -243,6 +243,8 @@ def make_extension() -> CppExtension:
         f"  CUDA headers   {', '.join(map(str, cuda_includes))}\n"
         f"  cuDNN frontend {frontend_include}\n"
         f"  C++ compiler   {toolchain.describe()}\n"
+        + (f"  own kernels    {find_nvcc()} for sm {os.environ.get(KERNEL_ARCHS_ENV, DEFAULT_KERNEL_ARCHS)}\n"
+           if own_kernels_requested() else f"  own kernels    not built (set {OWN_KERNELS_ENV}=1 to build them)\n") +
         f"  python         {sys.version.split()[0]} (stable ABI, abi3)"
         + ("\n  debug build    symbols kept (TORCH_CUDNN_ALGO_DEBUG_BUILD)" if debug else ""),
         flush=True,
@@ -261,18 +263,32 @@ def make_extension() -> CppExtension:
         # compiles at run time.
         # Python's CFLAGS carry -g: without -g0 and the link's -s the library is 51 MB of
         # debug information instead of a few MB (TORCH_CUDNN_ALGO_DEBUG_BUILD=1 keeps it).
-        extra_compile_args={"cxx": ["-O2", "-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING"] + ([] if debug else ["-g0"])},
+        extra_compile_args={"cxx": ["-O2", "-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING"] + ([] if debug else ["-g0"])
+                            + (["-DTORCH_CUDNN_ALGO_OWN_KERNELS"] if own_kernels_requested() else [])},
         # Link the soname torch itself loads, so the process keeps a single cuDNN.
         # The rpaths find it next to torch in site-packages, or where we built.
         extra_link_args=[
             f"-l:libcudnn.so.{cudnn_major}",
             "-Wl,-rpath,$ORIGIN/../nvidia/cudnn/lib",
             f"-Wl,-rpath,{cudnn_lib}",
-        ] + libstdcxx_link_args() + ([] if debug else ["-s"]),
+        ] + (cudart_link_args() if own_kernels_requested() else []) + libstdcxx_link_args() + ([] if debug else ["-s"]),
         # Only libtorch and the dispatcher are used (no libtorch_python), so one
         # abi3 wheel serves every CPython >= 3.10 with this torch.
         py_limited_api=True,
     )
+
+
+def cudart_link_args() -> list[str]:
+    """Our kernels' launches go through the CUDA runtime: link the soname torch
+    itself loads (libcudart.so.<major>), found next to torch or in the toolkit."""
+    soname = f"libcudart.so.{torch.version.cuda.split('.')[0]}"
+    candidates = [pkg / "lib" for name in ("cu13", "cuda_runtime") for pkg in _nvidia_package_dirs(name)]
+    candidates += [Path(home) / lib for home in (CUDA_HOME, "/usr/local/cuda") if home for lib in ("lib64", "lib")]
+    directory = _first_dir_with(candidates, soname)
+    if directory is None:
+        sys.exit(f"torch-cudnn-algo: {soname} not found (torch's CUDA runtime). "
+                 f"Looked in: {[str(c) for c in candidates]}")
+    return [f"-L{directory}", f"-l:{soname}"]
 
 
 def libstdcxx_link_args() -> list[str]:
@@ -285,10 +301,85 @@ def libstdcxx_link_args() -> list[str]:
     return directory + ["-l:libstdc++.so.6"]
 
 
+# Our own kernels (csrc/kernels/*.cu, the "tca.direct" candidate) are built only
+# when asked: they need nvcc, and measured against cuDNN's best they do not win
+# yet (benchmarks/results/kernels-*.md), so the default build leaves them out.
+OWN_KERNELS_ENV = "TORCH_CUDNN_ALGO_OWN_KERNELS"
+
+
+def own_kernels_requested() -> bool:
+    return os.environ.get(OWN_KERNELS_ENV, "") not in ("", "0")
+
+
+# GPU architectures our own kernels are compiled for: SASS
+# for each (sm_80 also runs on sm_86/sm_89) and PTX of the newest, which the
+# driver compiles once for a GPU none of them fits.
+KERNEL_ARCHS_ENV = "TORCH_CUDNN_ALGO_CUDA_ARCHS"
+DEFAULT_KERNEL_ARCHS = "80;90;100;120"
+
+
+def find_nvcc() -> Path:
+    """nvcc of the CUDA toolkit torch finds (CUDA_HOME, nvcc on PATH, /usr/local/cuda)."""
+    nvcc = Path(CUDA_HOME) / "bin" / "nvcc" if CUDA_HOME else None
+    if nvcc is None or not nvcc.is_file():
+        sys.exit(
+            "torch-cudnn-algo: nvcc not found; the own kernels (csrc/kernels/) need a CUDA toolkit "
+            f"of torch's CUDA major release ({torch.version.cuda}): set CUDA_HOME to it or put its "
+            f"nvcc on PATH. Looked for: {nvcc or 'CUDA_HOME unset and no nvcc on PATH'}"
+        )
+    return nvcc
+
+
+def kernel_gencode_flags(nvcc: Path) -> list[str]:
+    import subprocess
+
+    supported = set(subprocess.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True,
+                                   check=True).stdout.split())
+    archs = [a.strip() for a in os.environ.get(KERNEL_ARCHS_ENV, DEFAULT_KERNEL_ARCHS).split(";") if a.strip()]
+    wanted = [a for a in archs if f"compute_{a}" in supported]
+    if not wanted:
+        sys.exit(f"torch-cudnn-algo: {nvcc} supports none of the architectures {archs} "
+                 f"({KERNEL_ARCHS_ENV}); it offers {sorted(supported)}")
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in wanted]
+    return flags + [f"-gencode=arch=compute_{wanted[-1]},code=compute_{wanted[-1]}"]
+
+
+def compile_kernels(build_temp: str) -> list[str]:
+    """Compiles csrc/kernels/*.cu with nvcc alone (they include no torch header,
+    so only the toolkit's own headers are seen) into objects for the extension;
+    an object newer than its sources and built with the same flags is kept."""
+    import subprocess
+
+    nvcc = find_nvcc()
+    flags = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC", f"-I{ROOT / 'csrc'}", "--expt-relaxed-constexpr"]
+    flags += kernel_gencode_flags(nvcc)
+    if os.environ.get("CXX"):
+        flags += ["-ccbin", os.environ["CXX"]]
+    out_dir = Path(build_temp) / "kernels"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    headers = list((ROOT / "csrc" / "kernels").glob("*.h"))
+    objects = []
+    for source in sorted((ROOT / "csrc" / "kernels").glob("*.cu")):
+        target = out_dir / (source.stem + ".o")
+        stamp = out_dir / (source.stem + ".flags")
+        newest = max(p.stat().st_mtime for p in [source, *headers])
+        if not (target.exists() and target.stat().st_mtime >= newest and stamp.exists()
+                and stamp.read_text() == " ".join(flags)):
+            command = [str(nvcc), *flags, "-c", str(source), "-o", str(target)]
+            print("torch-cudnn-algo: " + " ".join(command), flush=True)
+            subprocess.run(command, check=True)
+            stamp.write_text(" ".join(flags))
+        objects.append(str(target))
+    return objects
+
+
 class BuildExtensionSharingLibstdcxx(BuildExtension):
-    """BuildExtension that refuses an extension not linked to the shared libstdc++.so.6."""
+    """BuildExtension that compiles our kernels with nvcc first, and refuses an
+    extension not linked to the shared libstdc++.so.6."""
 
     def build_extension(self, ext) -> None:
+        if own_kernels_requested():
+            ext.extra_objects = compile_kernels(self.build_temp)
         super().build_extension(ext)
         path = self.get_ext_fullpath(ext.name)
         if "libstdc++.so.6" not in helpers.elf_needed(path):

@@ -127,6 +127,19 @@ def test_engine_names_are_pinned_and_normalised(flag, value, canonical):
     assert _ops.get_engine(direction) == ""
 
 
+@pytest.mark.parametrize("flag", ["conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo"])
+@pytest.mark.parametrize("value", ["tca.direct", " TCA.Direct "])
+def test_our_kernel_is_pinned_by_its_name(flag, value):
+    setattr(cudnn, flag, value)
+    assert getattr(cudnn, flag) == "tca.direct"
+    direction = {"conv_fwd_algo": "fwd", "conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
+    assert _ops.get_engine(direction) == "tca.direct"
+    assert _ops.get_legacy_algo(direction) == -1
+    assert "aten::convolution_backward" in torch_cudnn_algo.active_overrides()
+    setattr(cudnn, flag, None)
+    assert _ops.get_engine(direction) == ""
+
+
 @pytest.mark.parametrize(
     "value, message",
     [("eng62_k2", "knob 'k2' has no value"), ("eng62_k2=1_k2=3", "sets a knob twice"), ("eng", "unknown algorithm"),

@@ -76,7 +76,7 @@ y = torch.nn.functional.conv2d(x, w, stride=(2, 2), padding=(1, 1), dilation=(1,
     def test_out_of_range_flag_message(self):
         with self.assertRaises(ValueError) as ctx:
             torch.backends.cudnn.conv_fwd_algo = 8
-        self.assertExpectedInline(str(ctx.exception), """torch.backends.cudnn.conv_fwd_algo: 8 is out of range; valid values are None, an int or a name among 0 (IMPLICIT_GEMM), 1 (IMPLICIT_PRECOMP_GEMM), 2 (GEMM), 3 (DIRECT), 4 (FFT), 5 (FFT_TILING), 6 (WINOGRAD), 7 (WINOGRAD_NONFUSED) (names are case-insensitive and may carry the CUDNN_CONVOLUTION_FWD_ALGO_ prefix), a cuDNN engine configuration name such as 'eng62' or 'eng62_k2=1_k13=1', or the policy 'fastest'""")
+        self.assertExpectedInline(str(ctx.exception), """torch.backends.cudnn.conv_fwd_algo: 8 is out of range; valid values are None, an int or a name among 0 (IMPLICIT_GEMM), 1 (IMPLICIT_PRECOMP_GEMM), 2 (GEMM), 3 (DIRECT), 4 (FFT), 5 (FFT_TILING), 6 (WINOGRAD), 7 (WINOGRAD_NONFUSED) (names are case-insensitive and may carry the CUDNN_CONVOLUTION_FWD_ALGO_ prefix), a cuDNN engine configuration name such as 'eng62' or 'eng62_k2=1_k13=1', our own kernel 'tca.direct', or the policy 'fastest'""")
 
     def test_describe_validates_arguments(self):
         x = torch.empty(2, 4, 9, 9, device="meta")

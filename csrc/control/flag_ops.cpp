@@ -34,7 +34,8 @@ void set_engine(const std::string& direction, const std::string& name) {
 
 std::string get_engine(const std::string& direction) {
   const auto choice = pinned_choice(parse_direction(direction));
-  return choice ? choice->engine : "";
+  if (!choice) return "";
+  return choice->is_kernel() ? choice->kernel : choice->engine;
 }
 
 // The canonical form of an engine configuration name (ValueError if malformed).

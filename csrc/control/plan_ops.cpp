@@ -66,7 +66,8 @@ std::tuple<at::Tensor, std::string> serialized_execution_plan_op(const std::stri
   const ConvKey key = user_conv_key(conv, 0, deterministic, allow_tf32, device);
   const auto choice = choice_from_flag_value(choice_value);
   if (!choice->is_engine()) {
-    return {tensor_of({}), "a legacy algorithm has no execution plan to serialise"};
+    return {tensor_of({}), choice->is_kernel() ? "our own kernels are in the library: nothing to serialise"
+                                               : "a legacy algorithm has no execution plan to serialise"};
   }
   const c10::cuda::CUDAGuard device_guard(device);
   const auto serialized = serialize_execution_plan(*runner_for_choice(*choice, key));
@@ -81,7 +82,10 @@ std::string plan_entries_in_force_op() {
     Json row;
     row["label"] = entry->label;
     const Choice* choice = entry->choice.get();
-    row["choice"] = !choice ? "" : choice->is_engine() ? choice->engine : std::to_string(choice->legacy_algo);
+    row["choice"] = !choice               ? ""
+                    : choice->is_engine() ? choice->engine
+                    : choice->is_kernel() ? choice->kernel
+                                          : std::to_string(choice->legacy_algo);
     row["runs"] = entry->runs.load(std::memory_order_relaxed);
     entries.push_back(std::move(row));
   }

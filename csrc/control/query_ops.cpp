@@ -11,6 +11,7 @@
 #include "decide/pins.h"
 #include "decide/profiling.h"
 #include "decide/selection.h"
+#include "run/direct_runner.h"
 #include "run/engine_enumeration.h"
 #include "run/graph_runner.h"
 #include "run/legacy_runner.h"
@@ -42,12 +43,13 @@ void clear_runner_cache() {
   cancel_prepared_fastest();  // its threads fill the graph runner cache
   clear_legacy_runners();
   clear_graph_runners();
+  clear_direct_runners();
   clear_profile_decisions();
   clear_tuning_log();
 }
 
 int64_t runner_cache_size() {
-  return static_cast<int64_t>(legacy_runner_count() + graph_runner_count());
+  return static_cast<int64_t>(legacy_runner_count() + graph_runner_count() + direct_runner_count());
 }
 
 // Workspace bytes `algo` needs for this convolution, or -1 when cuDNN does not
@@ -96,6 +98,27 @@ std::string engine_configs(const std::string& conv_json, bool deterministic, boo
   return dump(table);
 }
 
+// Our own kernels for a convolution (none in a build without them), as a JSON array of {"name", "workspace"
+// (bytes, -1 when it cannot run), "refusal" ("" for none)}. They are
+// deterministic and accumulate in fp32 (fp64 for fp64), without TF32.
+std::string own_kernels(const std::string& conv_json, bool deterministic, bool allow_tf32) {
+  Json table = Json::array();
+  if (!own_kernels_built()) return dump(table);
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const at::Device device = query_device(conv.input, "own_kernels");
+  ConvKey key = user_conv_key(conv, 0, deterministic, allow_tf32, device);
+  key.algo = kNoChoice;
+  const c10::cuda::CUDAGuard device_guard(device);
+  bool created = false;
+  const auto runner = get_direct_runner(key, &created);
+  Json row;
+  row["name"] = kDirectKernelName;
+  row["workspace"] = runner->refusal.empty() ? static_cast<int64_t>(runner->workspace_bytes) : int64_t{-1};
+  row["refusal"] = runner->refusal;
+  table.push_back(std::move(row));
+  return dump(table);
+}
+
 // The cuDNN problem of a user-level convolution, as the profiler reads it (a
 // JSON object, see json_request), and its one-line description.
 std::tuple<std::string, std::string> conv_request(const std::string& conv_json, bool deterministic,
@@ -116,7 +139,7 @@ std::tuple<std::string, int64_t> run_candidate(
     at::IntArrayRef dilation, int64_t groups, bool deterministic, bool allow_tf32, bool execute) {
   const Direction dir = parse_direction(direction);
   const auto choice = choice_from_flag_value(choice_value);
-  TORCH_CHECK_VALUE(choice->is_engine() || (choice->legacy_algo < legacy_algo_count(dir) &&
+  TORCH_CHECK_VALUE(choice->is_engine() || choice->is_kernel() || (choice->legacy_algo < legacy_algo_count(dir) &&
                                             legacy_algo_is_implemented(dir, choice->legacy_algo)),
                     "torch_cudnn_algo: ", choice_value, " is not a ", direction,
                     " legacy algorithm cuDNN implements");
@@ -187,6 +210,8 @@ TORCH_LIBRARY_FRAGMENT(torch_cudnn_algo, m) {
   m.def("describe_convolution(str conv, int algo, bool deterministic, bool allow_tf32, bool strict) -> (str, str)",
         &describe_convolution);
   m.def("engine_configs(str conv, bool deterministic, bool allow_tf32) -> str", &engine_configs);
+  m.def("own_kernels(str conv, bool deterministic, bool allow_tf32) -> str", &own_kernels);
+  m.def("own_kernels_built() -> bool", &own_kernels_built);
   m.def("cudnn_runtime_version() -> int", &cudnn_runtime_version);
   m.def("pinned_run_counts() -> int[]", &pinned_run_counts_op);
   m.def("profile_decision_count() -> int", &profile_decision_count_op);

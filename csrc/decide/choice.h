@@ -14,12 +14,14 @@ constexpr int kNoChoice = -1;
 struct Choice {
   int legacy_algo = kNoChoice;  // legacy enum value, or kNoChoice
   std::string engine;           // engine configuration name ("eng62", "eng62_k2=1_k13=1"), or ""
+  std::string kernel;           // one of our own kernels ("tca.direct"), or ""
   bool fastest = false;         // the "fastest" policy: profile once per configuration
   // Where the choice comes from when it is not a flag ("the plan entry '...'"),
   // for messages; empty for a flag.
   std::string origin;
 
   bool is_engine() const { return !engine.empty(); }
+  bool is_kernel() const { return !kernel.empty(); }
   // As the flag would be assigned in Python: "1  # IMPLICIT_PRECOMP_GEMM" or "'eng62'".
   std::string python_literal(Direction direction) const;
 };

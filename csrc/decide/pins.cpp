@@ -1,6 +1,7 @@
 #include "decide/pins.h"
 
 #include "base/legacy_algorithms.h"
+#include "run/direct_runner.h"
 #include "run/engine_name.h"
 
 #include <algorithm>
@@ -26,6 +27,7 @@ std::atomic<uint64_t> g_selection_epoch{0};
 std::string Choice::python_literal(Direction direction) const {
   if (fastest) return "'fastest'";
   if (is_engine()) return "'" + engine + "'";
+  if (is_kernel()) return "'" + kernel + "'";
   return std::to_string(legacy_algo) + "  # " + legacy_algo_name(direction, legacy_algo);
 }
 
@@ -57,9 +59,7 @@ std::shared_ptr<const Choice> legacy_algo_choice(Direction direction, int algo) 
 
 std::shared_ptr<const Choice> engine_choice(const std::string& name) {
   if (name.empty()) return nullptr;
-  auto choice = std::make_shared<Choice>();
-  choice->engine = parse_engine_name(name).canonical;  // validates
-  return choice;
+  return choice_from_flag_value(name);  // an engine name (validated) or our kernel's
 }
 
 std::shared_ptr<const Choice> policy_choice(const std::string& policy) {
@@ -84,7 +84,12 @@ std::shared_ptr<const Choice> choice_from_flag_value(const std::string& value) {
   const bool numeric = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
     return std::isdigit(static_cast<unsigned char>(c));
   });
-  if (numeric) {
+  std::string lower = value;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == kDirectKernelName) {
+    choice->kernel = kDirectKernelName;
+  } else if (numeric) {
     // Legacy enums are single digits; a longer number is no algorithm (and could overflow).
     TORCH_CHECK_VALUE(value.size() <= 2, "torch_cudnn_algo: ", value,
                       " is not a legacy algorithm number");

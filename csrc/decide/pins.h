@@ -33,7 +33,8 @@ std::shared_ptr<const Choice> legacy_algo_choice(Direction direction, int algo);
 // cuDNN implements.
 void check_legacy_algo(Direction direction, int algo);
 
-// The choice pinning an engine configuration by name (nullptr for ""); a
+// The choice pinning an engine configuration or one of our kernels by name
+// (nullptr for ""); a
 // malformed name raises ValueError.
 std::shared_ptr<const Choice> engine_choice(const std::string& name);
 

@@ -56,7 +56,7 @@ void stage_plan_entry(const ConvKey& key, const std::string& value, const std::s
   entry->label = label;
   if (!value.empty()) {
     auto choice = std::make_shared<Choice>(*choice_from_flag_value(value));  // validates names
-    if (!choice->is_engine()) check_legacy_algo(key.dir(), choice->legacy_algo);
+    if (!choice->is_engine() && !choice->is_kernel()) check_legacy_algo(key.dir(), choice->legacy_algo);
     choice->origin = "the plan entry '" + label + "'";
     entry->choice = std::move(choice);
   }

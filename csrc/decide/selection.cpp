@@ -6,6 +6,7 @@
 #include "decide/config_recording.h"
 #include "decide/plan.h"
 #include "decide/profiling.h"
+#include "run/direct_runner.h"
 #include "run/engine_enumeration.h"
 #include "run/graph_runner.h"
 #include "run/legacy_runner.h"
@@ -25,7 +26,8 @@ namespace {
 std::array<std::atomic<int64_t>, kNumDirections> g_run_counts{};
 
 std::string asked_text(const Runner& runner, const Choice& choice) {
-  const std::string value = choice.is_engine() ? "'" + choice.engine + "'" : runner.choice;
+  const std::string value = choice.is_engine() || choice.is_kernel() ? choice.python_literal(runner.key.dir())
+                                                                    : runner.choice;
   if (!choice.origin.empty()) return choice.origin + " (" + value + ")";
   return std::string("torch.backends.cudnn.") + direction_flag_name(runner.key.dir()) + " = " + value;
 }
@@ -40,7 +42,8 @@ void refuse(const Runner& runner, const Choice& choice, const std::string& reaso
     alternatives += (alternatives.empty() ? "" : ", ") + name;
   }
   if (alternatives.empty()) alternatives = "none";
-  const char* kind = choice.is_engine() ? "Engine configurations" : "Legacy algorithms";
+  // A kernel of ours that cannot run a convolution points at cuDNN's engines.
+  const char* kind = choice.is_engine() || choice.is_kernel() ? "Engine configurations" : "Legacy algorithms";
   const std::string asked = asked_text(runner, choice);
   if (strict_mode()) {
     TORCH_CHECK(false, "torch_cudnn_algo: ", asked, " cannot run this convolution: ", reason,
@@ -63,7 +66,7 @@ void refuse(const Runner& runner, const Choice& choice, const std::string& reaso
 std::vector<std::string> alternatives_within_limit(const Choice& choice, const ConvKey& key,
                                                    int64_t limit) {
   std::vector<std::string> names;
-  if (choice.is_engine()) {
+  if (choice.is_engine() || choice.is_kernel()) {
     for (const auto& candidate : list_engine_candidates(key)) {
       if (candidate.refusal.empty() && candidate.workspace >= 0 && candidate.workspace <= limit) {
         names.push_back(candidate.name);
@@ -207,6 +210,10 @@ bool direction_active(Direction direction) {
 std::shared_ptr<const Runner> runner_for_choice(const Choice& choice, ConvKey key) {
   TORCH_INTERNAL_ASSERT(!choice.fastest, "a policy has no runner of its own");
   bool created = false;
+  if (choice.is_kernel()) {
+    key.algo = kNoChoice;
+    return get_direct_runner(key, &created);
+  }
   if (choice.is_engine()) {
     key.algo = kNoChoice;
     return get_graph_runner(key, choice.engine, &created, plan_execution_plans());

@@ -22,6 +22,8 @@ __all__ = [
 
 # Flag values that choose per configuration instead of pinning one choice.
 POLICIES = ("fastest",)
+# Our own kernels, candidates beside cuDNN's (docs/usage.md, "Our own kernels").
+KERNELS = ("tca.direct",)
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class LegacyDirection:
         return (
             f"None, an int or a name among {', '.join(usable)} (names are case-insensitive and may "
             f"carry the {self.enum_prefix} prefix), a cuDNN engine configuration name such as "
-            "'eng62' or 'eng62_k2=1_k13=1', or the policy 'fastest'"
+            "'eng62' or 'eng62_k2=1_k13=1', our own kernel 'tca.direct', or the policy 'fastest'"
         )
 
 
@@ -145,7 +147,8 @@ def parse_algo_value(direction: LegacyDirection, value: object) -> int | str | N
     """Canonical form of a value assigned to a direction's flag.
 
     Returns ``None`` (stock PyTorch), the legacy enum value, the canonical
-    engine configuration name, or ``"fastest"``. Raises ``ValueError`` naming
+    engine configuration name, our own kernel's name (``"tca.direct"``), or
+    ``"fastest"``. Raises ``ValueError`` naming
     the valid values for anything else.
     """
     if value is None:
@@ -171,7 +174,7 @@ def parse_algo_value(direction: LegacyDirection, value: object) -> int | str | N
                 return canonical_engine_name(text)
             except ValueError as exc:
                 raise ValueError(f"torch.backends.cudnn.{direction.flag}: {exc}") from None
-        if text.lower() in POLICIES:
+        if text.lower() in POLICIES or text.lower() in KERNELS:
             return text.lower()
         raise ValueError(
             f"torch.backends.cudnn.{direction.flag}: unknown algorithm {value!r}; valid values are "

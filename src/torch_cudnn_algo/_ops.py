@@ -34,6 +34,7 @@ __all__ = [
     "ConvDescription",
     "ConvRequest",
     "EngineConfig",
+    "OwnKernel",
     "ExecutionPlanSummary",
     "PlanEntryInForce",
     "require_gpu",
@@ -323,6 +324,28 @@ def engine_configs(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> lis
                      row["refusal"] or None)
         for row in rows
     ]
+
+
+@dataclass(frozen=True)
+class OwnKernel:
+    """One of our own kernels on a convolution, as the extension reports it before running."""
+
+    name: str  # the flag value, e.g. "tca.direct"
+    workspace: int | None  # bytes; None when it cannot run
+    refusal: str | None  # why it cannot run this convolution
+
+
+def own_kernels_built() -> bool:
+    """Whether this build has our own kernels (built with TORCH_CUDNN_ALGO_OWN_KERNELS=1)."""
+    return bool(_lib().own_kernels_built())
+
+
+def own_kernels(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> list[OwnKernel]:
+    """Our own kernels for ``conv`` (deterministic, fp32 accumulation, no TF32); none in a build
+    without them."""
+    rows = json.loads(_lib().own_kernels(_conv_json(conv), deterministic, allow_tf32))
+    return [OwnKernel(row["name"], None if row["workspace"] < 0 else int(row["workspace"]), row["refusal"] or None)
+            for row in rows]
 
 
 # -- profiling -------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import torch
 from typing_extensions import Unpack
 
 from . import _flags, _nvml, _ops
-from ._algorithms import DIRECTIONS
+from ._algorithms import DIRECTIONS, KERNELS
 from ._conv_spec import ConvLike, Geometry, TensorLike, as_conv_spec
 from ._queries import _direction, _settings, engine_configs
 from ._table import ProfileRow, ProfileTable
@@ -41,7 +41,7 @@ class Candidate:
     """One choice that could run a convolution, as cuDNN reports it before running."""
 
     value: int | str  # assign this to the direction's flag
-    kind: str  # "legacy" or "engine"
+    kind: str  # "legacy", "engine" or "kernel" (one of our own)
     label: str  # legacy algorithm name, or where cuDNN offered the engine configuration
     status: str  # "ok", "unsupported: <why>" or "refused: <rule>" under the given settings
     workspace: int | None  # bytes; None when unknown (unsupported)
@@ -51,6 +51,10 @@ class Candidate:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+# What list_algorithms says of our own kernels.
+_KERNEL_NOTES = ("direct sum, fp32 accumulation (fp64 for fp64), no TF32", "deterministic: no atomics")
 
 
 def _legacy_math_type(dtype: torch.dtype, allow_tf32: bool) -> str:
@@ -118,6 +122,10 @@ def list_algorithms(
             config.name, "engine", config.source, _engine_status(config.refusal, config.workspace),
             config.workspace, "NONDETERMINISTIC" not in config.numerical_notes,
             config.numerical_notes + config.behavior_notes))
+    for kernel in _ops.own_kernels(conv_spec, deterministic=deterministic, allow_tf32=allow_tf32):
+        candidates.append(Candidate(
+            kernel.name, "kernel", "torch-cudnn-algo", "ok" if kernel.refusal is None else f"unsupported: {kernel.refusal}",
+            kernel.workspace, True, _KERNEL_NOTES))
     return candidates
 
 
@@ -277,6 +285,8 @@ def _profile_problem(
             listed.append(ProfileRow(config.name, config.source, "ok",
                                      deterministic="NONDETERMINISTIC" not in config.numerical_notes,
                                      notes=config.numerical_notes + config.behavior_notes))
+        for kernel in KERNELS if _ops.own_kernels_built() else ():  # run_candidate says where one cannot run
+            listed.append(ProfileRow(kernel, "torch-cudnn-algo", "ok", deterministic=True, notes=_KERNEL_NOTES))
         rows = []
         for row in listed:
             status, workspace = operands.candidate(row.value, execute=False)

@@ -1,0 +1,150 @@
+"""Our own kernels against cuDNN, layer by layer: for the convolutions of the zoo furthest from
+their roofline bound (depthwise, grouped with few channels per group, ConvTasNet's one-channel
+transposed decoder), every direction is profiled with ``torch_cudnn_algo.profile``: each cuDNN
+candidate (legacy algorithms and engine configurations), stock's own choice and ``"tca.direct"``,
+timed on the same operands (median CUDA-event time) and checked against float64.
+
+    python benchmarks/kernels.py [--only SUBSTRING] [--reps 20] [--out benchmarks/results]
+
+Writes ``<out>/kernels-<gpu>-<date>.json`` and ``.md``. *cuDNN best* is the fastest candidate of
+cuDNN's list within the accuracy rule the tuner applies (``tolerance_for``); *ours/best* above 1
+means our kernel is faster; *bound* is the roofline bound (``roofline.conv_bound``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import results
+from .roofline import conv_bound
+from .stats import num
+
+# The convolutions of the spike: where each comes from, and its ConvSpec string (the direction
+# is appended). AMP fp16 channels_last as the zoo's image networks run; ConvTasNet contiguous.
+LAYERS: list[tuple[str, str]] = [
+    ("efficientnet_b0 dw 5x5 s2", "conv2d 64x672x14x14 -> 672x5x5 s2 p2 g672 fp16 channels_last"),
+    ("efficientnet_b0 dw 5x5 s2", "conv2d 64x144x56x56 -> 144x5x5 s2 p2 g144 fp16 channels_last"),
+    ("efficientnet_b0 dw 3x3 s2", "conv2d 64x96x112x112 -> 96x3x3 s2 p1 g96 fp16 channels_last"),
+    ("mobilenet_v3_large dw 3x3 s1", "conv2d 64x72x56x56 -> 72x3x3 s1 p1 g72 fp16 channels_last"),
+    ("mobilenet_v3_large dw 5x5 s1", "conv2d 64x960x7x7 -> 960x5x5 s1 p2 g960 fp16 channels_last"),
+    ("convnext-style dw 7x7 s1", "conv2d 64x384x14x14 -> 384x7x7 s1 p3 g384 fp16 channels_last"),
+    ("regnety_016 g37 (24/group) s2", "conv2d 64x888x14x14 -> 888x3x3 s2 p1 g37 fp16 channels_last"),
+    ("regnety_016 g2 (24/group) s2", "conv2d 64x48x112x112 -> 48x3x3 s2 p1 g2 fp16 channels_last"),
+    ("regnety_016 g5 (24/group) s1", "conv2d 64x120x28x28 -> 120x3x3 s1 p1 g5 fp16 channels_last"),
+    ("resnext50_32x4d g32 (4/group) s1", "conv2d 64x128x56x56 -> 128x3x3 s1 p1 g32 fp16 channels_last"),
+    ("conv_tasnet decoder (transposed, 1 channel)", "conv_transpose1d 8x512x4001 -> 1x16 s8 p8 fp16 contiguous"),
+    ("conv_tasnet dw 1-d k3", "conv1d 4x512x4001 -> 512x3 s1 p1 g512 fp16 contiguous"),
+]
+DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
+OURS = "tca.direct"
+
+
+def measure_layer(spec_text: str, reps: int) -> dict:
+    import torch_cudnn_algo as tca
+    from torch_cudnn_algo._table import tolerance_for
+
+    table = tca.profile(spec_text, energy=False, reps=reps, warmup=3)
+    tolerance = tolerance_for(table.dtype, False)
+    cudnn = [row for row in table if row.ok and row.value is not None and row.value != OURS
+             and row.time_ms is not None and row.max_rel_error is not None and row.max_rel_error <= tolerance]
+    best = min(cudnn, key=lambda row: row.time_ms) if cudnn else None
+    ours = table.row(OURS)
+    stock = table.stock
+    bound = conv_bound(table.convolution)
+    record = {
+        "convolution": table.convolution,
+        "candidates_timed": len(cudnn),
+        "cudnn_best": None if best is None else {"value": best.value, "time_ms": best.time_ms,
+                                                   "max_rel_error": best.max_rel_error},
+        "stock_ms": None if stock is None else stock.time_ms,
+        "ours": {"status": ours.status, "time_ms": ours.time_ms, "max_rel_error": ours.max_rel_error,
+                 "workspace": ours.workspace},
+        "bound_ms": bound.bound_ms,
+        "memory_bound": bound.memory_bound,
+        "tolerance": tolerance,
+        "profile_seconds": table.environment.get("profile_seconds"),
+    }
+    if ours.time_ms:
+        record["ours"]["tb_per_s"] = bound.tb_per_s(ours.time_ms)
+        record["ours"]["percent_of_peak_bandwidth"] = 100 * bound.tb_per_s(ours.time_ms) / 3.35
+    if best is not None:
+        record["cudnn_best"]["tb_per_s"] = bound.tb_per_s(best.time_ms)
+    return record
+
+
+def speedup(record: dict) -> float | None:
+    best, ours = record["cudnn_best"], record["ours"]
+    if best is None or not ours["time_ms"] or ours["max_rel_error"] is None or ours["max_rel_error"] > record["tolerance"]:
+        return None
+    return best["time_ms"] / ours["time_ms"]
+
+
+def render(report: dict) -> str:
+    env = report["environment"]
+    lines = [
+        "# Our direct kernels against cuDNN's best, layer by layer",
+        "",
+        f"{env.get('device')}, torch {env.get('torch')}, cuDNN {env.get('cudnn')}, {report['date']}. "
+        f"Command: `python benchmarks/kernels.py --reps {report['reps']}`.",
+        "",
+        "Median GPU time per call (CUDA events) on the same operands; *cuDNN best* is the fastest of "
+        "cuDNN's candidates within the tuner's accuracy rule against float64; *ours/best* > 1 means "
+        "`tca.direct` is faster. *bound* is the roofline bound (H100 peaks); *TB/s* is the bound's "
+        "bytes over our time.",
+        "",
+        "| layer | direction | stock ms | cuDNN best ms (value) | tca.direct ms | best/ours | bound ms | ours/bound | TB/s (% of 3.35) | max rel err |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for record in report["layers"]:
+        best, ours = record["cudnn_best"], record["ours"]
+        gain = speedup(record)
+        ours_ms = num(ours["time_ms"], 3) if ours["time_ms"] else ours["status"]
+        best_text = f"{num(best['time_ms'], 3)} ({best['value']})" if best else "-"
+        if ours["time_ms"] and record["bound_ms"]:
+            against_bound = (f"{num(ours['time_ms'] / record['bound_ms'], 1)} | {num(ours.get('tb_per_s'), 2)} "
+                             f"({num(ours.get('percent_of_peak_bandwidth'), 0)}%)")
+        else:
+            against_bound = "- | -"
+        error = f"{ours['max_rel_error']:.1e}" if ours["max_rel_error"] is not None else "-"
+        lines.append(f"| {record['label']} | {record['direction']} | {num(record['stock_ms'], 3)} | {best_text} | "
+                     f"{ours_ms} | {num(gain, 2)} | {num(record['bound_ms'], 3)} | {against_bound} | {error} |")
+    gains = [g for g in (speedup(r) for r in report["layers"]) if g is not None]
+    if gains:
+        wins = sum(g >= 1.5 for g in gains)
+        lines += ["", f"{wins} of {len(gains)} layer directions at least 1.5x cuDNN's best; "
+                      f"median {sorted(gains)[len(gains) // 2]:.2f}x, min {min(gains):.2f}x, max {max(gains):.2f}x."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="", help="run only layers whose label or spec contains this")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
+    args = parser.parse_args(argv)
+    report = {"environment": results.environment(), "date": results.now_iso()[:10], "reps": args.reps,
+              "layers": []}
+    stem = f"kernels-{results.device_slug(report['environment']['device'])}-{report['date']}"
+    for label, spec in LAYERS:
+        if args.only and args.only not in label and args.only not in spec:
+            continue
+        for direction in DIRECTIONS:
+            started = time.perf_counter()
+            try:
+                record = measure_layer(f"{spec} {direction}", args.reps)
+            except Exception as exc:  # one failing layer must not lose the others
+                record = {"convolution": spec, "error": results.error_text(exc), "cudnn_best": None,
+                          "ours": {"status": "error", "time_ms": None, "max_rel_error": None},
+                          "stock_ms": None, "bound_ms": None, "tolerance": 0.0}
+            record.update(label=label, direction=direction, spec=spec)
+            report["layers"].append(record)
+            results.progress(f"{label} {direction}: ours {record['ours']['time_ms']} ms, best "
+                             f"{(record['cudnn_best'] or {}).get('time_ms')} ms ({time.perf_counter() - started:.1f} s)")
+            results.write_json(args.out / f"{stem}.json", report)
+    markdown = render(report)
+    (args.out / f"{stem}.md").write_text(markdown)
+    sys.stdout.write(markdown)
+    return 0

@@ -1,0 +1,59 @@
+// Our own direct convolution kernels, for the convolutions cuDNN serves worst:
+// depthwise, grouped with few channels per group, and those with one channel
+// on a side (ConvTasNet's transposed decoder). They read each operand once
+// from memory and keep reuse in caches, which is what a memory-bound
+// convolution needs; cuDNN's kernels for these reach 2-20% of bandwidth.
+//
+// This header is plain C++ (no CUDA, no torch): the kernels are compiled by
+// nvcc alone in direct_conv.cu, and the rest of the extension calls them
+// through these launchers on the current stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;
+
+namespace torch_cudnn_algo::kernels {
+
+enum class DirectDType : int8_t { kHalf, kBFloat16, kFloat, kDouble };
+
+// One 2-d convolution (1-d as height 1): x [n, c, h, w] * weight [k, c/groups, r, s]
+// -> y [n, k, p, q]. x and y are dense in NCHW or in NHWC (channels_last);
+// the weight may have any strides (k, c, r, s order).
+struct DirectConvShape {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t k = 0, p = 0, q = 0;
+  int64_t r = 0, s = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+  bool channels_last = false;
+  int64_t weight_strides[4] = {0, 0, 0, 0};
+};
+
+enum class DirectDirection : int8_t { kForward, kBackwardData, kBackwardFilter };
+
+// Why the kernels cannot run this convolution ("" when they can).
+std::string direct_conv_refusal(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction);
+
+// Workspace the launch needs (the backward-filter partial sums; 0 otherwise),
+// for a GPU with `sm_count` multiprocessors. Deterministic: partial sums are
+// added in a fixed order, no atomics.
+size_t direct_conv_workspace(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
+                             int sm_count);
+
+// Runs the convolution on `stream`. Operands by direction, like a Runner's:
+//   forward         (x, weight) -> y
+//   backward data   (dy, weight) -> dx
+//   backward filter (x, dy) -> dweight (written with shape.weight_strides)
+// `workspace` holds direct_conv_workspace(...) bytes. Returns the CUDA error
+// code of the launch (0 on success).
+int launch_direct_conv(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
+                       const void* a, const void* b, void* out, void* workspace, int sm_count,
+                       CUstream_st* stream);
+
+// The CUDA error text of a launch's code.
+const char* direct_conv_error_string(int code);
+
+}  // namespace torch_cudnn_algo::kernels
