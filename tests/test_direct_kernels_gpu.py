@@ -6,13 +6,12 @@ misaligned operands; determinism (bitwise equal reruns) and refusals."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_cudnn_algo
+from conv_cases import ConvForm, memory_format, reaches_cudnn, reference, reference_grads
 
 pytestmark = pytest.mark.gpu
 
@@ -25,92 +24,61 @@ ALL_DIRECTIONS = dict(conv_fwd_algo="tca.direct", conv_bwd_data_algo="tca.direct
                       conv_bwd_filter_algo="tca.direct", conv_algo_strict=True)
 
 
-@dataclass(frozen=True)
-class Case:
-    name: str
-    dims: int  # spatial dimensions
-    n: int
-    c: int
-    k: int  # output channels
-    size: tuple[int, ...]
-    kernel: tuple[int, ...]
-    stride: int = 1
-    padding: int = 0
-    dilation: int = 1
-    groups: int = 1
-    transposed: bool = False
-    output_padding: int = 0
-
-    def weight_shape(self) -> tuple[int, ...]:
-        if self.transposed:  # [C_in, C_out / groups, *kernel]
-            return (self.c, self.k // self.groups, *self.kernel)
-        return (self.k, self.c // self.groups, *self.kernel)
-
-    def conv(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        if self.transposed:
-            op = F.conv_transpose1d if self.dims == 1 else F.conv_transpose2d
-            return op(x, w, None, self.stride, self.padding, self.output_padding, self.groups, self.dilation)
-        op = F.conv1d if self.dims == 1 else F.conv2d
-        return op(x, w, None, self.stride, self.padding, self.dilation, self.groups)
+def form(name: str, n: int, c: int, k: int, size: tuple[int, ...], kernel: tuple[int, ...], **geometry) -> ConvForm:
+    """A convolution of n x c x size to k channels (weight [C_in, C_out / groups, ...] when transposed)."""
+    groups = geometry.get("groups", 1)
+    weight = (c, k // groups, *kernel) if geometry.get("transposed") else (k, c // groups, *kernel)
+    return ConvForm(name, (n, c, *size), weight, **geometry)
 
 
 CASES = [
-    Case("dw3x3", 2, 4, 32, 32, (15, 17), (3, 3), padding=1, groups=32),
-    Case("dw5x5s2", 2, 3, 24, 24, (20, 19), (5, 5), stride=2, padding=2, groups=24),
-    Case("dw7x7", 2, 2, 16, 16, (14, 14), (7, 7), padding=3, groups=16),
-    Case("dw3x3_odd_channels", 2, 2, 13, 13, (9, 11), (3, 3), padding=1, groups=13),
-    Case("dw3x3_dilated", 2, 2, 16, 16, (12, 12), (3, 3), padding=2, dilation=2, groups=16),
-    Case("dw_multiplier2", 2, 2, 8, 16, (10, 10), (3, 3), padding=1, groups=8),
-    Case("dw_batch1", 2, 1, 64, 64, (7, 7), (3, 3), stride=2, padding=1, groups=64),
-    Case("grouped24", 2, 2, 48, 48, (14, 14), (3, 3), stride=2, padding=1, groups=2),
-    Case("grouped4", 2, 2, 32, 32, (9, 9), (3, 3), padding=1, groups=8),
-    Case("grouped16_unpadded", 2, 2, 64, 32, (8, 10), (3, 3), groups=4),
-    Case("dw1d_k3", 1, 2, 64, 64, (101,), (3,), padding=1, groups=64),
-    Case("one_to_many_1d", 1, 2, 1, 32, (200,), (16,), stride=8, padding=8),
-    Case("decoder_transposed_1d", 1, 2, 32, 1, (25,), (16,), stride=8, padding=8, transposed=True),
-    Case("dw_transposed_2d", 2, 2, 16, 16, (7, 9), (4, 4), stride=2, padding=1, groups=16, transposed=True),
-    Case("grouped_transposed_op", 2, 2, 16, 32, (6, 6), (3, 3), stride=2, padding=1, groups=4, transposed=True,
+    form("dw3x3", 4, 32, 32, (15, 17), (3, 3), padding=1, groups=32),
+    form("dw5x5s2", 3, 24, 24, (20, 19), (5, 5), stride=2, padding=2, groups=24),
+    form("dw7x7", 2, 16, 16, (14, 14), (7, 7), padding=3, groups=16),
+    form("dw3x3_odd_channels", 2, 13, 13, (9, 11), (3, 3), padding=1, groups=13),
+    form("dw3x3_dilated", 2, 16, 16, (12, 12), (3, 3), padding=2, dilation=2, groups=16),
+    form("dw_multiplier2", 2, 8, 16, (10, 10), (3, 3), padding=1, groups=8),
+    form("dw_batch1", 1, 64, 64, (7, 7), (3, 3), stride=2, padding=1, groups=64),
+    form("grouped24", 2, 48, 48, (14, 14), (3, 3), stride=2, padding=1, groups=2),
+    form("grouped4", 2, 32, 32, (9, 9), (3, 3), padding=1, groups=8),
+    form("grouped16_unpadded", 2, 64, 32, (8, 10), (3, 3), groups=4),
+    form("dw1d_k3", 2, 64, 64, (101,), (3,), padding=1, groups=64),
+    form("one_to_many_1d", 2, 1, 32, (200,), (16,), stride=8, padding=8),
+    form("decoder_transposed_1d", 2, 32, 1, (25,), (16,), stride=8, padding=8, transposed=True),
+    form("dw_transposed_2d", 2, 16, 16, (7, 9), (4, 4), stride=2, padding=1, groups=16, transposed=True),
+    form("grouped_transposed_op", 2, 16, 32, (6, 6), (3, 3), stride=2, padding=1, groups=4, transposed=True,
          output_padding=1),
 ]
 
+# Max relative error (max |out - ref| / max |ref|) allowed against float64.
 DTYPES = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5, torch.float64: 1e-12}
 LAYOUTS = ["contiguous", "channels_last"]
 
 
-def memory_format(layout: str, dims: int) -> torch.memory_format:
-    return torch.channels_last if layout == "channels_last" and dims == 2 else torch.contiguous_format
+def layout_format(layout: str, spatial_dims: int) -> torch.memory_format:
+    """1-d has no channels-last: it runs contiguous."""
+    return memory_format(layout, spatial_dims) or torch.contiguous_format
 
 
-def operands(case: Case, dtype: torch.dtype, layout: str, seed: int = 0):
+def operands(case: ConvForm, dtype: torch.dtype, layout: str, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(case.n, case.c, *case.size, generator=g, dtype=torch.float64)
-    w = torch.randn(case.weight_shape(), generator=g, dtype=torch.float64)
-    fmt = memory_format(layout, case.dims)
+    x = torch.randn(case.input_shape, generator=g, dtype=torch.float64)
+    w = torch.randn(case.weight_shape, generator=g, dtype=torch.float64)
+    fmt = layout_format(layout, case.spatial_dims)
     return (x.to("cuda", dtype).contiguous(memory_format=fmt), w.to("cuda", dtype).contiguous(memory_format=fmt))
 
 
-def reaches_cudnn(case: Case, x: torch.Tensor, w: torch.Tensor) -> bool:
-    n = case.dims
-    backend = torch._C._select_conv_backend(
-        x, w, None, [case.stride] * n, [case.padding] * n, [case.dilation] * n, case.transposed,
-        [case.output_padding] * n, case.groups)
-    return backend in (torch._C._ConvBackend.Cudnn, torch._C._ConvBackend.CudnnTranspose)
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+def max_relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     expected = expected.detach().double().cpu()
     actual = actual.detach().double().cpu()
     return float((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
 
 
-def float64_reference(case: Case, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor):
-    x64 = x.detach().double().cpu().requires_grad_()
-    w64 = w.detach().double().cpu().requires_grad_()
-    y64 = case.conv(x64, w64)
-    return (y64, *torch.autograd.grad(y64, (x64, w64), grad.double().cpu()))
+def float64_reference(case: ConvForm, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor):
+    return (reference(case, x, w), *reference_grads(case, x, w, grad))
 
 
-def run_ours(case: Case, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor):
+def run_ours(case: ConvForm, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor):
     x = x.detach().requires_grad_()
     w = w.detach().requires_grad_()
     with torch_cudnn_algo.flags(**ALL_DIRECTIONS):
@@ -123,12 +91,12 @@ def run_ours(case: Case, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_all_directions_match_float64(case: Case, dtype: torch.dtype, layout: str) -> None:
+def test_all_directions_match_float64(case: ConvForm, dtype: torch.dtype, layout: str) -> None:
     x, w = operands(case, dtype, layout)
     with torch_cudnn_algo.flags(conv_fwd_algo=None):
         y_shape = case.conv(x, w).shape
     grad = torch.randn(y_shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    grad_gpu = grad.to("cuda", dtype).contiguous(memory_format=memory_format(layout, case.dims))
+    grad_gpu = grad.to("cuda", dtype).contiguous(memory_format=layout_format(layout, case.spatial_dims))
     before = torch_cudnn_algo.pinned_run_counts()
     # cudnn.flags() defaults to enabled=False: say every setting.
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
@@ -138,7 +106,7 @@ def test_all_directions_match_float64(case: Case, dtype: torch.dtype, layout: st
     for name, actual, reference in zip(("output", "grad_input", "grad_weight"), ours, expected):
         assert actual.dtype == dtype
         assert actual.shape == reference.shape, name
-        error = relative_error(actual, reference)
+        error = max_relative_error(actual, reference)
         assert error <= DTYPES[dtype], f"{name}: max relative error {error:.2e} > {DTYPES[dtype]:.0e}"
     if reaches_cudnn(case, x, w):
         # Stock sends it to cuDNN: every direction ran our kernel (strict mode raises otherwise).
@@ -153,7 +121,7 @@ def test_reruns_are_bitwise_equal_under_deterministic_algorithms(layout: str) ->
     case = CASES[1]
     x, w = operands(case, torch.float16, layout, seed=3)
     grad = torch.randn(case.conv(x.double().cpu(), w.double().cpu()).shape, dtype=torch.float64)
-    grad = grad.to("cuda", torch.float16).contiguous(memory_format=memory_format(layout, case.dims))
+    grad = grad.to("cuda", torch.float16).contiguous(memory_format=layout_format(layout, case.spatial_dims))
     torch.use_deterministic_algorithms(True)
     try:
         first = run_ours(case, x, w, grad)
@@ -178,7 +146,7 @@ def test_non_contiguous_and_misaligned_operands(layout: str) -> None:
     for operand in (shifted, sliced):
         ours = run_ours(case, operand, w, grad)
         for actual, reference in zip(ours, expected):
-            assert relative_error(actual, reference) <= DTYPES[torch.float16]
+            assert max_relative_error(actual, reference) <= DTYPES[torch.float16]
 
 
 @own_kernels

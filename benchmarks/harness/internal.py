@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["energy_per_call", "set_prepare_ahead"]
+__all__ = ["energy_per_call", "set_prepare_ahead", "tuner_tolerance"]
 
 
 def energy_per_call(run: Callable[[], None], device_index: int, call_ms: float, **options: object) -> float | None:
@@ -25,3 +25,10 @@ def set_prepare_ahead(enabled: bool) -> None:
     from torch_cudnn_algo import _tune
 
     _tune._PREPARE_AHEAD = enabled
+
+
+def tuner_tolerance(dtype: str, allow_tf32: bool) -> float:
+    """The max relative error against float64 the tuner accepts for a candidate of ``dtype``."""
+    from torch_cudnn_algo._table import tolerance_for
+
+    return tolerance_for(dtype, allow_tf32)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from . import results
+from .internal import tuner_tolerance
 from .roofline import conv_bound
 from .stats import num
 
@@ -44,10 +45,9 @@ OURS = "tca.direct"
 
 def measure_layer(spec_text: str, reps: int) -> dict:
     import torch_cudnn_algo as tca
-    from torch_cudnn_algo._table import tolerance_for
 
     table = tca.profile(spec_text, energy=False, reps=reps, warmup=3)
-    tolerance = tolerance_for(table.dtype, False)
+    tolerance = tuner_tolerance(table.dtype, False)
     cudnn = [row for row in table if row.ok and row.value is not None and row.value != OURS
              and row.time_ms is not None and row.max_rel_error is not None and row.max_rel_error <= tolerance]
     best = min(cudnn, key=lambda row: row.time_ms) if cudnn else None

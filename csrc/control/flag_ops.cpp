@@ -29,7 +29,7 @@ int64_t get_legacy_algo(const std::string& direction) {
 
 void set_engine(const std::string& direction, const std::string& name) {
   const Direction dir = parse_direction(direction);
-  pin_choice(dir, engine_choice(name));
+  pin_choice(dir, named_choice(name));
 }
 
 std::string get_engine(const std::string& direction) {

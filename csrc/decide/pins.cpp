@@ -57,7 +57,7 @@ std::shared_ptr<const Choice> legacy_algo_choice(Direction direction, int algo) 
   return choice;
 }
 
-std::shared_ptr<const Choice> engine_choice(const std::string& name) {
+std::shared_ptr<const Choice> named_choice(const std::string& name) {
   if (name.empty()) return nullptr;
   return choice_from_flag_value(name);  // an engine name (validated) or our kernel's
 }

@@ -34,9 +34,8 @@ std::shared_ptr<const Choice> legacy_algo_choice(Direction direction, int algo);
 void check_legacy_algo(Direction direction, int algo);
 
 // The choice pinning an engine configuration or one of our kernels by name
-// (nullptr for ""); a
-// malformed name raises ValueError.
-std::shared_ptr<const Choice> engine_choice(const std::string& name);
+// (nullptr for ""); a malformed name raises ValueError.
+std::shared_ptr<const Choice> named_choice(const std::string& name);
 
 // The choice pinning a policy; "fastest" is the only one. Anything else raises ValueError.
 std::shared_ptr<const Choice> policy_choice(const std::string& policy);

@@ -109,6 +109,21 @@ __device__ __forceinline__ Index source_index(Index y, Index r, Index stride, In
   return (i >= 0 && i < extent) ? i : -1;
 }
 
+// Calls body(r, s, sy, sx) for every tap (r, s) of destination pixel (y, x)
+// whose source pixel (sy, sx) exists.
+template <bool Backward, typename Index, typename Body>
+__device__ __forceinline__ void for_each_tap(const Geometry<Index>& g, Index y, Index x, Index src_h, Index src_w,
+                                             Body&& body) {
+  for (Index r = 0; r < g.r; ++r) {
+    const Index sy = source_index<Backward>(y, r, g.sh, g.ph, g.dh, src_h);
+    if (sy < 0) continue;
+    for (Index s = 0; s < g.s; ++s) {
+      const Index sx = source_index<Backward>(x, s, g.sw, g.pw, g.dw, src_w);
+      if (sx >= 0) body(r, s, sy, sx);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- gather, NHWC
 // Block: blockDim.x threads along channels (VEC channels each), blockDim.y
 // along pixels. The block's channel tile of weights is staged in shared memory
@@ -149,29 +164,23 @@ __global__ void __launch_bounds__(kThreads) gather_nhwc(Geometry<Index> g, const
     Acc acc[VEC];
 #pragma unroll
     for (int v = 0; v < VEC; ++v) acc[v] = Acc(0);
-    for (Index r = 0; r < g.r; ++r) {
-      const Index sy = source_index<Backward>(y, r, g.sh, g.ph, g.dh, src_h);
-      if (sy < 0) continue;
-      for (Index s = 0; s < g.s; ++s) {
-        const Index sx = source_index<Backward>(x, s, g.sw, g.pw, g.dw, src_w);
-        if (sx < 0) continue;
-        const T* pixel = src + ((n * src_h + sy) * src_w + sx) * src_c;
-        if (Depthwise) {
-          const Vec<T, VEC> in = load_vec<T, VEC>(pixel + d0);
-          const Vec<T, VEC> wv = load_vec<T, VEC>(staged + (r * g.s + s) * tile + local0);
+    for_each_tap<Backward>(g, y, x, src_h, src_w, [&](Index r, Index s, Index sy, Index sx) {
+      const T* pixel = src + ((n * src_h + sy) * src_w + sx) * src_c;
+      if (Depthwise) {
+        const Vec<T, VEC> in = load_vec<T, VEC>(pixel + d0);
+        const Vec<T, VEC> wv = load_vec<T, VEC>(staged + (r * g.s + s) * tile + local0);
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) acc[v] += to_acc(in.v[v]) * to_acc(wv.v[v]);
-        } else {
-          const T* channels = pixel + group * cpg_src;
-          for (Index ci = 0; ci < cpg_src; ++ci) {
-            const Acc in = to_acc(channels[ci]);
-            const Vec<T, VEC> wv = load_vec<T, VEC>(staged + ((ci * g.r + r) * g.s + s) * tile + local0);
+        for (int v = 0; v < VEC; ++v) acc[v] += to_acc(in.v[v]) * to_acc(wv.v[v]);
+      } else {
+        const T* channels = pixel + group * cpg_src;
+        for (Index ci = 0; ci < cpg_src; ++ci) {
+          const Acc in = to_acc(channels[ci]);
+          const Vec<T, VEC> wv = load_vec<T, VEC>(staged + ((ci * g.r + r) * g.s + s) * tile + local0);
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) acc[v] += in * to_acc(wv.v[v]);
-          }
+          for (int v = 0; v < VEC; ++v) acc[v] += in * to_acc(wv.v[v]);
         }
       }
-    }
+    });
     Vec<T, VEC> out;
 #pragma unroll
     for (int v = 0; v < VEC; ++v) out.v[v] = from_acc<T>(acc[v]);
@@ -200,17 +209,11 @@ __global__ void __launch_bounds__(kThreads) gather_nchw(Geometry<Index> g, const
       const T* weights = weight + weight_base<Backward>(g, d);
       const Index ci_step = weight_ci_step<Backward>(g);
       Acc acc = Acc(0);
-      for (Index r = 0; r < g.r; ++r) {
-        const Index sy = source_index<Backward>(y, r, g.sh, g.ph, g.dh, src_h);
-        if (sy < 0) continue;
-        for (Index s = 0; s < g.s; ++s) {
-          const Index sx = source_index<Backward>(x, s, g.sw, g.pw, g.dw, src_w);
-          if (sx < 0) continue;
-          const T* at = channels + sy * src_w + sx;
-          const T* tap = weights + r * g.ws2 + s * g.ws3;
-          for (Index ci = 0; ci < cpg_src; ++ci) acc += to_acc(at[ci * src_plane]) * to_acc(tap[ci * ci_step]);
-        }
-      }
+      for_each_tap<Backward>(g, y, x, src_h, src_w, [&](Index r, Index s, Index sy, Index sx) {
+        const T* at = channels + sy * src_w + sx;
+        const T* tap = weights + r * g.ws2 + s * g.ws3;
+        for (Index ci = 0; ci < cpg_src; ++ci) acc += to_acc(at[ci * src_plane]) * to_acc(tap[ci * ci_step]);
+      });
       dst[(n * dst_c + d) * plane + i] = from_acc<T>(acc);
     }
   }
@@ -531,7 +534,9 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, co
 
 }  // namespace
 
-std::string direct_conv_refusal(const DirectConvShape& s, DirectDType dtype, DirectDirection direction) {
+namespace {
+
+std::string refusal_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction) {
   if (s.groups < 1 || s.c % s.groups != 0 || s.k % s.groups != 0) return "channels do not divide into the groups";
   if (s.n < 1 || s.c < 1 || s.k < 1 || s.p < 1 || s.q < 1) return "an operand is empty";
   const int64_t dst_c = direction == DirectDirection::kBackwardData ? s.c : s.k;
@@ -548,7 +553,7 @@ std::string direct_conv_refusal(const DirectConvShape& s, DirectDType dtype, Dir
   return "";
 }
 
-size_t direct_conv_workspace(const DirectConvShape& s, DirectDType dtype, DirectDirection direction, int sm_count) {
+size_t workspace_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction, int sm_count) {
   if (direction != DirectDirection::kBackwardFilter) return 0;
   // The launch vectorises only aligned operands: room for either way.
   const int64_t slices = std::max(filter_launch(s, dtype, 1, sm_count).slices,
@@ -557,31 +562,40 @@ size_t direct_conv_workspace(const DirectConvShape& s, DirectDType dtype, Direct
   return static_cast<size_t>(slices * (s.c / s.groups) * s.r * s.s * s.k * acc_bytes);
 }
 
-namespace {
-
 template <typename T>
-cudaError_t launch_indexed(const DirectConvShape& s, DirectDirection direction, const void* a, const void* b,
-                           void* out, void* workspace, int sm_count, cudaStream_t stream) {
-  // Every element index, and the partial sums', must fit the index type.
-  const int64_t partials = static_cast<int64_t>(
-      direct_conv_workspace(s, dtype_of<T>(), direction, sm_count) / sizeof(typename AccOf<T>::type));
-  const int64_t largest = std::max({s.n * s.c * s.h * s.w, s.n * s.k * s.p * s.q,
-                                    s.k * (s.c / s.groups) * s.r * s.s, partials});
-  if (largest < (int64_t{1} << 31) - 1)
-    return launch_typed<T, int>(s, direction, a, b, out, workspace, sm_count, stream);
-  return launch_typed<T, int64_t>(s, direction, a, b, out, workspace, sm_count, stream);
+cudaError_t launch_indexed(const DirectLaunch& l, const void* a, const void* b, void* out, void* workspace,
+                           cudaStream_t stream) {
+  if (l.wide_index) return launch_typed<T, int64_t>(l.shape, l.direction, a, b, out, workspace, l.sm_count, stream);
+  return launch_typed<T, int>(l.shape, l.direction, a, b, out, workspace, l.sm_count, stream);
 }
 
 }  // namespace
 
-int launch_direct_conv(const DirectConvShape& s, DirectDType dtype, DirectDirection direction, const void* a,
-                       const void* b, void* out, void* workspace, int sm_count, CUstream_st* stream) {
-  switch (dtype) {
-    case DirectDType::kHalf: return launch_indexed<__half>(s, direction, a, b, out, workspace, sm_count, stream);
-    case DirectDType::kBFloat16:
-      return launch_indexed<__nv_bfloat16>(s, direction, a, b, out, workspace, sm_count, stream);
-    case DirectDType::kFloat: return launch_indexed<float>(s, direction, a, b, out, workspace, sm_count, stream);
-    case DirectDType::kDouble: return launch_indexed<double>(s, direction, a, b, out, workspace, sm_count, stream);
+DirectLaunch prepare_direct_conv(const DirectConvShape& s, DirectDType dtype, DirectDirection direction,
+                                 int sm_count) {
+  DirectLaunch l;
+  l.shape = s;
+  l.dtype = dtype;
+  l.direction = direction;
+  l.sm_count = sm_count;
+  l.refusal = refusal_of(s, dtype, direction);
+  if (!l.refusal.empty()) return l;
+  l.workspace_bytes = workspace_of(s, dtype, direction, sm_count);
+  // Every element index, the partial sums' included, must fit 32 bits for int arithmetic.
+  const int64_t partials = static_cast<int64_t>(l.workspace_bytes / (dtype == DirectDType::kDouble ? 8 : 4));
+  const int64_t largest = std::max({s.n * s.c * s.h * s.w, s.n * s.k * s.p * s.q,
+                                    s.k * (s.c / s.groups) * s.r * s.s, partials});
+  l.wide_index = largest >= (int64_t{1} << 31) - 1;
+  return l;
+}
+
+int launch_direct_conv(const DirectLaunch& l, const void* a, const void* b, void* out, void* workspace,
+                       CUstream_st* stream) {
+  switch (l.dtype) {
+    case DirectDType::kHalf: return launch_indexed<__half>(l, a, b, out, workspace, stream);
+    case DirectDType::kBFloat16: return launch_indexed<__nv_bfloat16>(l, a, b, out, workspace, stream);
+    case DirectDType::kFloat: return launch_indexed<float>(l, a, b, out, workspace, stream);
+    case DirectDType::kDouble: return launch_indexed<double>(l, a, b, out, workspace, stream);
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }

@@ -34,23 +34,30 @@ struct DirectConvShape {
 
 enum class DirectDirection : int8_t { kForward, kBackwardData, kBackwardFilter };
 
-// Why the kernels cannot run this convolution ("" when they can).
-std::string direct_conv_refusal(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction);
+// Everything a launch needs, decided once per convolution (a runner keeps it):
+// whether the kernels run it, the workspace, the index width.
+struct DirectLaunch {
+  DirectConvShape shape;
+  DirectDType dtype = DirectDType::kFloat;
+  DirectDirection direction = DirectDirection::kForward;
+  int sm_count = 0;  // of the GPU it runs on: it sizes the backward-filter slices
+  std::string refusal;  // why the kernels cannot run it; "" when they can
+  // The backward-filter partial sums (0 otherwise). Deterministic: partial sums
+  // are added in a fixed order, no atomics.
+  size_t workspace_bytes = 0;
+  bool wide_index = false;  // 64-bit index arithmetic: a tensor of 2^31 elements or more
+};
 
-// Workspace the launch needs (the backward-filter partial sums; 0 otherwise),
-// for a GPU with `sm_count` multiprocessors. Deterministic: partial sums are
-// added in a fixed order, no atomics.
-size_t direct_conv_workspace(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
-                             int sm_count);
+DirectLaunch prepare_direct_conv(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
+                                 int sm_count);
 
-// Runs the convolution on `stream`. Operands by direction, like a Runner's:
+// Runs a prepared convolution on `stream`. Operands by direction, like a Runner's:
 //   forward         (x, weight) -> y
 //   backward data   (dy, weight) -> dx
 //   backward filter (x, dy) -> dweight (written with shape.weight_strides)
-// `workspace` holds direct_conv_workspace(...) bytes. Returns the CUDA error
-// code of the launch (0 on success).
-int launch_direct_conv(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
-                       const void* a, const void* b, void* out, void* workspace, int sm_count,
+// `workspace` holds launch.workspace_bytes. Returns the CUDA error code of the
+// launch (0 on success).
+int launch_direct_conv(const DirectLaunch& launch, const void* a, const void* b, void* out, void* workspace,
                        CUstream_st* stream);
 
 // The CUDA error text of a launch's code.

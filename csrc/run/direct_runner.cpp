@@ -17,18 +17,14 @@ namespace {
 constexpr int64_t kMaxProductsPerElement = 4096;
 
 struct DirectRunner final : Runner {
-  kernels::DirectConvShape shape;
-  kernels::DirectDType dtype = kernels::DirectDType::kFloat;
-  kernels::DirectDirection direction = kernels::DirectDirection::kForward;
-  int sm_count = 0;
+  kernels::DirectLaunch launch;
 
   void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out, void* workspace) const override {
 #ifndef TORCH_CUDNN_ALGO_OWN_KERNELS
     TORCH_INTERNAL_ASSERT(false, "a build without its own kernels made a runnable ", kDirectKernelName, " runner");
 #else
-    const int code = kernels::launch_direct_conv(shape, dtype, direction, a.const_data_ptr(), b.const_data_ptr(),
-                                                 out.data_ptr(), workspace, sm_count,
-                                                 at::cuda::getCurrentCUDAStream().stream());
+    const int code = kernels::launch_direct_conv(launch, a.const_data_ptr(), b.const_data_ptr(), out.data_ptr(),
+                                                 workspace, at::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(code == 0, "torch_cudnn_algo: the ", kDirectKernelName, " kernel failed to launch: ",
                 kernels::direct_conv_error_string(code), " (", describe_conv(key), ")");
 #endif
@@ -79,6 +75,7 @@ int64_t products_per_element(const kernels::DirectConvShape& s, Direction direct
   return (s.c / s.groups) * s.r * s.s;
 }
 
+// Why our kernels do not take `key`, before asking them: "" when they might.
 std::string refusal_of(const ConvKey& key, const kernels::DirectConvShape& shape) {
   if (!own_kernels_built())
     return "this build has no own kernels (build with TORCH_CUDNN_ALGO_OWN_KERNELS=1, which needs nvcc)";
@@ -90,26 +87,21 @@ std::string refusal_of(const ConvKey& key, const kernels::DirectConvShape& shape
     return "each output sums over " + std::to_string(products_per_element(shape, key.dir())) +
            " products (more than " + std::to_string(kMaxProductsPerElement) +
            "): a dense convolution, which cuDNN's kernels serve better";
-#ifdef TORCH_CUDNN_ALGO_OWN_KERNELS
-  return kernels::direct_conv_refusal(shape, direct_dtype(key.scalar_type()), direct_direction(key.dir()));
-#else
   return "";
-#endif
 }
 
 std::shared_ptr<const Runner> build_runner(const ConvKey& key) {
   auto runner = std::make_shared<DirectRunner>();
   runner->key = key;
   runner->choice = kDirectKernelName;
-  runner->shape = direct_shape(key);
-  runner->dtype = direct_dtype(key.scalar_type());
-  runner->direction = direct_direction(key.dir());
-  runner->refusal = refusal_of(key, runner->shape);
+  const kernels::DirectConvShape shape = direct_shape(key);
+  runner->refusal = refusal_of(key, shape);
 #ifdef TORCH_CUDNN_ALGO_OWN_KERNELS
   if (runner->refusal.empty()) {
-    runner->sm_count = at::cuda::getDeviceProperties(key.device)->multiProcessorCount;
-    runner->workspace_bytes =
-        kernels::direct_conv_workspace(runner->shape, runner->dtype, runner->direction, runner->sm_count);
+    runner->launch = kernels::prepare_direct_conv(shape, direct_dtype(key.scalar_type()), direct_direction(key.dir()),
+                                                  at::cuda::getDeviceProperties(key.device)->multiProcessorCount);
+    runner->refusal = runner->launch.refusal;
+    runner->workspace_bytes = runner->launch.workspace_bytes;
   }
 #endif
   return runner;
