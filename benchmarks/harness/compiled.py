@@ -1,0 +1,335 @@
+"""torch.compile against eager, each with stock's choices and with a tuned plan: GPU time per
+training step and compile time, on the zoo's networks.
+
+    python benchmarks/compiled.py [--networks efficientnet_b0,regnety_016] [--compile-modes default,max-autotune]
+                                  [--repeats 5] [--replays 20] [--child-timeout 900] [--out benchmarks/results]
+    python benchmarks/compiled.py --render FILE.json      # no GPU
+
+Per network, fresh child processes: a ``tune`` child makes the plan (``tune()`` on the eager
+step, saved to a file); an ``eager`` child and one child per compile mode and choice measure.
+Inductor's ``max-autotune`` times ATen's convolution (which the plan steers) against its Triton
+templates while it compiles, so its stock and plan variants compile in separate children; the
+``default`` mode calls ATen's convolution at run time, so one compiled model serves both and the
+plan is switched around it in one process. Every child starts from an empty Inductor cache (its
+own ``TORCHINDUCTOR_CACHE_DIR``), so its first step is a cold compile.
+
+GPU time: the whole step (the zoo's: forward, loss, backward, SGD) captured in a CUDA graph and
+replayed, ``--replays`` per timing, ``--repeats`` timings in rotated order; CUDA events around
+eager steps where capture fails. Every child also times the *eager stock* step, uncompiled, in
+its own process: ratios across children (a max-autotune child against another) divide each
+child's time by its own eager-stock time first, since GPU clocks differ between processes by more
+than what is measured.
+
+Writes ``<out>/compiled-<gpu>-<date>.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from .cli import child_environment
+from .config import CHILD_RESULT_PREFIX
+from .networks import ZOO
+from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, write_json
+from .stats import median, num, rotated
+
+SCRIPT = REPO_ROOT / "benchmarks" / "compiled.py"
+COMPILE_MODES = ("default", "max-autotune")
+CHOICES = ("stock", "plan")
+# The depthwise and grouped networks of the zoo, where the plan's choices differ most from stock's.
+DEFAULT_NETWORKS = ("mobilenet_v3_large", "efficientnet_b0", "regnety_016", "resnext50_32x4d", "conv_tasnet")
+EAGER_REFERENCE = "eager stock"  # what every child also times, for ratios across children
+
+
+def variants_of(child: str) -> tuple[str, ...]:
+    """The variants a child times besides the eager-stock reference: ``eager`` and ``default``
+    switch the plan at run time; a max-autotune child compiled with one choice times that one."""
+    if child in ("eager", "default"):
+        return tuple(f"{child} {choice}" for choice in CHOICES)
+    mode, choice = child.rsplit(" ", 1)
+    return (f"{mode} {choice}",)
+
+
+def children(compile_modes: Sequence[str]) -> list[str]:
+    """The measuring children, in the order they run."""
+    names = ["eager"]
+    for mode in compile_modes:
+        names += ["default"] if mode == "default" else [f"{mode} {choice}" for choice in CHOICES]
+    return names
+
+
+# ------------------------------------------------------------------------------- child side
+
+
+@contextlib.contextmanager
+def choice_in_force(choice: str, plan: object) -> Iterator[None]:
+    import torch_cudnn_algo
+
+    with torch_cudnn_algo.use_plan(plan) if choice == "plan" else contextlib.nullcontext():
+        yield
+
+
+def time_variants(trainer: object, variants: dict[str, Callable[[], contextlib.AbstractContextManager]],
+                  models: dict[str, object], repeats: int, replays: int) -> dict:
+    """GPU ms per step of each variant, as the zoo's measure_gpu: a CUDA graph per variant (its
+    model and choice in force while captured), replayed in rotated order; events where capture fails."""
+    import torch
+
+    from .timing import capture_trainer_step, events_ms, replay_ms
+
+    graphs, errors, pool = {}, {}, None
+    for label, in_force in variants.items():
+        trainer.model = models[label]
+        try:
+            with in_force():
+                graphs[label] = capture_trainer_step(trainer, pool)
+            pool = pool or graphs[label].pool()
+        except Exception as exc:  # noqa: BLE001 - recorded; timed by events instead
+            errors[label] = f"CUDA graph capture failed, timed by CUDA events: {error_text(exc)}"
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()
+    samples: dict[str, list[float | None]] = {label: [] for label in variants}
+    for index in range(repeats):
+        for label in rotated(list(variants), index):
+            try:
+                if label in graphs:
+                    ms = replay_ms(graphs[label], replays)
+                else:
+                    trainer.model = models[label]
+                    with variants[label]():
+                        ms = events_ms(trainer, 6)
+            except Exception as exc:  # noqa: BLE001 - a failed repeat is a missing sample
+                errors.setdefault(label, f"timing: {error_text(exc)}")
+                ms = None
+            samples[label].append(ms)
+    return {"repeats_ms": samples, "median_ms": {label: median(values) for label, values in samples.items()},
+            "method": {label: "graph" if label in graphs else "events" for label in variants}, "errors": errors}
+
+
+def child_tune(network: str, plan_path: Path) -> dict:
+    import torch
+    import torch_cudnn_algo
+
+    from .networks import build_trainer, loss_of
+    from .timing import warm_up_cuda
+
+    trainer, workload = build_trainer(network, "cuda")
+    warm_up_cuda()
+    trainer.step()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    with trainer.autocast():
+        plan = torch_cudnn_algo.tune(trainer.model, trainer.inputs, loss_fn=loss_of, progress=False)
+    torch.cuda.synchronize()
+    tune_s = time.perf_counter() - started
+    plan.save(plan_path)
+    return {"workload": workload, "tune_s": tune_s, "plan_entries": len(plan),
+            "plan_non_stock_entries": sum(1 for entry in plan.entries.values() if entry.choice is not None)}
+
+
+def child_measure(network: str, child: str, plan_path: Path, repeats: int, replays: int) -> dict:
+    """One measuring child: compiles (unless eager) with its choice in force, times its first
+    step (the compile), then the GPU time of its variants and of the eager-stock reference."""
+    import torch
+    import torch_cudnn_algo
+
+    from .networks import build_trainer
+    from .timing import step_seconds, warm_up_cuda
+
+    if not torch_cudnn_algo.is_available():
+        raise RuntimeError(f"the torch_cudnn_algo extension is not loaded: {torch_cudnn_algo.load_error()}")
+    plan = torch_cudnn_algo.load_plan(plan_path)
+    trainer, _ = build_trainer(network, "cuda")
+    warm_up_cuda()
+    eager_model = trainer.model
+    result: dict[str, object] = {}
+    models = {EAGER_REFERENCE: eager_model}
+    variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
+        EAGER_REFERENCE: lambda: choice_in_force("stock", plan)}
+    if child == "eager":  # its reference is the eager stock variant
+        models["eager plan"] = eager_model
+        variants["eager plan"] = lambda: choice_in_force("plan", plan)
+    else:
+        mode, _, compiled_choice = child.partition(" ")
+        compiled = torch.compile(eager_model, mode=mode)
+        trainer.model = compiled
+        with choice_in_force(compiled_choice or "stock", plan):
+            result["first_step_s"] = step_seconds(trainer)  # compiles (and autotunes) forward and backward
+            result["second_step_s"] = step_seconds(trainer)
+        for label in variants_of(child):
+            choice = label.rsplit(" ", 1)[1]
+            models[label] = compiled
+            variants[label] = lambda choice=choice: choice_in_force(choice, plan)
+    before = torch_cudnn_algo.plan_entry_run_counts()
+    result.update(time_variants(trainer, variants, models, repeats, replays))
+    after = torch_cudnn_algo.plan_entry_run_counts()
+    result["plan_entry_runs"] = sum(after.values()) - sum(before.values())  # the plan steered the calls
+    return result
+
+
+# ------------------------------------------------------------------------------- parent side
+
+
+def run_child(args: Sequence[str], timeout_s: float, env: dict[str, str]) -> dict:
+    command = [sys.executable, str(SCRIPT), *args]
+    try:
+        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(CHILD_RESULT_PREFIX):
+            return json.loads(line[len(CHILD_RESULT_PREFIX):])
+    return {"error": f"exit status {done.returncode} without a result line (its stderr is above)"}
+
+
+def child_env(cache_dir: str) -> dict[str, str]:
+    """Stock's environment (nothing pinned, no plan applied at import) with its own Inductor cache."""
+    return child_environment({"TORCHINDUCTOR_CACHE_DIR": cache_dir})
+
+
+def measure_network(network: str, compile_modes: Sequence[str], repeats: int, replays: int,
+                    timeout_s: float) -> dict:
+    record: dict[str, object] = {"name": network, "children": {}}
+    with tempfile.TemporaryDirectory(prefix="compiled-") as scratch:
+        plan_path = Path(scratch) / "plan.json"
+        progress(f"{network}: tune child")
+        setup = run_child(["--child", "tune", "--network", network, "--plan-path", str(plan_path)], timeout_s,
+                          child_env(os.path.join(scratch, "inductor-tune")))
+        record["setup"] = setup
+        if "error" in setup:
+            return record
+        for index, child in enumerate(children(compile_modes)):
+            progress(f"{network}: {child} child")
+            started = time.perf_counter()
+            result = run_child(["--child", "measure", "--network", network, "--plan-path", str(plan_path),
+                                "--which", child, "--repeats", str(repeats), "--replays", str(replays)],
+                               timeout_s, child_env(os.path.join(scratch, f"inductor-{index}")))
+            result["child_seconds"] = time.perf_counter() - started
+            record["children"][child] = result
+            progress(f"{network}: {child}: " + (result["error"] if "error" in result else ", ".join(
+                f"{label} {num(ms, 2)} ms" for label, ms in result["median_ms"].items())))
+    return record
+
+
+def variant_ms(record: dict) -> dict[str, float | None]:
+    """Each variant's median GPU ms; the eager child's reference is the ``eager stock`` variant."""
+    out = {}
+    for child, result in record.get("children", {}).items():
+        for label, ms in (result.get("median_ms") or {}).items():
+            if label != EAGER_REFERENCE or child == "eager":
+                out[label] = ms
+    return out
+
+
+def normalised(record: dict) -> dict[str, float]:
+    """Each variant's GPU ms divided by the eager-stock ms of the child that timed it."""
+    out = {}
+    for child, result in record.get("children", {}).items():
+        medians = result.get("median_ms") or {}
+        reference = medians.get(EAGER_REFERENCE)
+        for label, ms in medians.items():
+            if (label != EAGER_REFERENCE or child == "eager") and ms and reference:
+                out[label] = ms / reference
+    return out
+
+
+def render(report: dict) -> str:
+    lines = ["# torch.compile and the plan: GPU time per training step", "",
+             f"{report['device']}, torch {report['torch']}, cuDNN {report['cudnn']}, {report['date']}. "
+             f"Command: `python benchmarks/compiled.py {report['argv']}`.", "",
+             "GPU ms per step by CUDA-graph replay (median of the repeats). Each cell is measured in the child "
+             "that ran it; *vs eager stock* divides it by that child's own eager-stock step, so cells from "
+             "different children compare. *plan gain* = stock / plan of the same mode (above 1: the plan "
+             "helps). *compile s*: the first step of a cold Inductor cache, compile and autotuning included "
+             "(`default` compiles once for both choices).", "",
+             "| network | mode | stock ms | plan ms | stock vs eager stock | plan vs eager stock | plan gain | "
+             "compile s (stock / plan) |", "|---|---|--:|--:|--:|--:|--:|--:|"]
+    for record in report["networks"]:
+        rel, medians = normalised(record), variant_ms(record)
+        children_run = record.get("children", {})
+        for mode in ("eager", *report["compile_modes"]):
+            stock, plan = f"{mode} stock", f"{mode} plan"
+            gain = rel[stock] / rel[plan] if stock in rel and plan in rel else None
+            if mode == "eager":
+                compile_cell = "-"
+            elif mode == "default":  # one compile serves both choices
+                compile_cell = num(children_run.get("default", {}).get("first_step_s"), 1)
+            else:
+                compile_cell = " / ".join(num(children_run.get(f"{mode} {choice}", {}).get("first_step_s"), 1)
+                                          for choice in CHOICES)
+            lines.append(f"| {record['name']} | {mode} | {num(medians.get(stock), 2)} | {num(medians.get(plan), 2)} | "
+                         f"{num(rel.get(stock), 3)} | {num(rel.get(plan), 3)} | {num(gain, 3)} | {compile_cell} |")
+    if "max-autotune" in report["compile_modes"]:
+        lines += ["", "## Against max-autotune", "",
+                  "max-autotune stock's GPU time over ours (above 1: ours is faster), each first divided by its "
+                  "own child's eager-stock step.", "",
+                  "| network | eager plan | default plan | max-autotune plan |", "|---|--:|--:|--:|"]
+        for record in report["networks"]:
+            rel = normalised(record)
+            peer = rel.get("max-autotune stock")
+            cells = [num(peer / rel[label], 3) if peer and rel.get(label) else "—"
+                     for label in ("eager plan", "default plan", "max-autotune plan")]
+            lines.append(f"| {record['name']} | " + " | ".join(cells) + " |")
+    errors = [f"- {record['name']} {child}: {result['error']}" for record in report["networks"]
+              for child, result in (("tune", record.get("setup", {})), *record.get("children", {}).items())
+              if "error" in result]
+    if errors:
+        lines += ["", "## Errors", "", *errors]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--networks", default=",".join(DEFAULT_NETWORKS),
+                        help=f"comma-separated, of {', '.join(ZOO)}")
+    parser.add_argument("--compile-modes", default=",".join(COMPILE_MODES),
+                        help=f"comma-separated, of {', '.join(COMPILE_MODES)}")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--child-timeout", type=float, default=900.0)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    parser.add_argument("--render", type=Path, metavar="JSON", help="print the markdown of a saved result; no GPU")
+    parser.add_argument("--child", choices=("tune", "measure"), help=argparse.SUPPRESS)
+    parser.add_argument("--network", help=argparse.SUPPRESS)
+    parser.add_argument("--plan-path", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--which", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.render:
+        print(render(json.loads(args.render.read_text())), end="")
+        return 0
+    if args.child:
+        try:
+            if args.child == "tune":
+                result = child_tune(args.network, args.plan_path)
+            else:
+                result = child_measure(args.network, args.which, args.plan_path, args.repeats, args.replays)
+        except Exception as exc:  # noqa: BLE001 - the parent records it
+            result = {"error": error_text(exc)}
+        print(CHILD_RESULT_PREFIX + json.dumps(result), flush=True)
+        return 0
+    networks = [name for name in args.networks.split(",") if name]
+    modes = [mode for mode in args.compile_modes.split(",") if mode]
+    unknown = [name for name in networks if name not in ZOO] + [mode for mode in modes if mode not in COMPILE_MODES]
+    if unknown or args.repeats < 1 or args.replays < 1:
+        parser.error(f"unknown networks or compile modes {unknown}, or repeats/replays below 1; networks are "
+                     f"{', '.join(ZOO)}, compile modes {', '.join(COMPILE_MODES)}")
+    env = environment()
+    report = {"device": env.get("device"), "torch": env.get("torch"), "cudnn": env.get("cudnn"), "date": now_iso()[:10],
+              "argv": " ".join(argv if argv is not None else sys.argv[1:]), "compile_modes": modes, "networks": []}
+    for network in networks:
+        report["networks"].append(measure_network(network, modes, args.repeats, args.replays, args.child_timeout))
+    stem = args.out / f"compiled-{device_slug(report['device'])}-{report['date']}"
+    write_json(stem.with_suffix(".json"), report)
+    markdown = render(report)
+    stem.with_suffix(".md").write_text(markdown)
+    print(markdown, end="")
+    return 0

@@ -1,0 +1,68 @@
+"""CPU: the torch.compile benchmark (benchmarks/compiled.py, benchmarks/harness/compiled.py): which
+children run which variants, the ratios across children, and the rendered tables."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from harness import compiled  # noqa: E402
+
+REPORT = {
+    "device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "cudnn": "9.19.0", "date": "2026-11-27",
+    "argv": "--networks regnety_016", "compile_modes": ["default", "max-autotune"],
+    "networks": [{"name": "regnety_016", "setup": {"tune_s": 2.0}, "children": {
+        "eager": {"median_ms": {"eager stock": 10.0, "eager plan": 9.0}},
+        "default": {"median_ms": {"eager stock": 20.0, "default stock": 16.0, "default plan": 15.0},
+                    "first_step_s": 30.0},
+        "max-autotune stock": {"median_ms": {"eager stock": 10.0, "max-autotune stock": 8.0}, "first_step_s": 200.0},
+        "max-autotune plan": {"error": "timed out after 900 s"}}}],
+}
+
+
+def test_children_and_their_variants() -> None:
+    assert compiled.children(["default", "max-autotune"]) == ["eager", "default", "max-autotune stock",
+                                                              "max-autotune plan"]
+    assert compiled.variants_of("eager") == ("eager stock", "eager plan")
+    assert compiled.variants_of("default") == ("default stock", "default plan")
+    assert compiled.variants_of("max-autotune plan") == ("max-autotune plan",)
+
+
+def test_ratios_across_children_divide_by_each_childs_own_eager_stock_step() -> None:
+    record = REPORT["networks"][0]
+    rel = compiled.normalised(record)
+    # The default child ran at half the clock: its own eager-stock step was 20 ms, not 10.
+    assert rel["default stock"] == pytest.approx(0.8) and rel["default plan"] == pytest.approx(0.75)
+    assert rel["eager stock"] == pytest.approx(1.0) and rel["eager plan"] == pytest.approx(0.9)
+    assert rel["max-autotune stock"] == pytest.approx(0.8) and "max-autotune plan" not in rel
+    assert compiled.variant_ms(record)["eager stock"] == 10.0  # the eager child's reference is its stock
+
+
+def test_render_shows_gains_compile_times_the_peer_and_errors() -> None:
+    text = compiled.render(REPORT)
+    assert "| regnety_016 | eager | 10.00 | 9.00 | 1.000 | 0.900 | 1.111 | - |" in text
+    assert "| regnety_016 | default | 16.00 | 15.00 | 0.800 | 0.750 | 1.067 | 30.0 |" in text
+    assert "| regnety_016 | max-autotune | 8.00 | — | 0.800 | — | — | 200.0 / — |" in text
+    # max-autotune stock (0.8 of eager stock) over ours: eager plan 0.9, default plan 0.75.
+    assert "| regnety_016 | 0.889 | 1.067 | — |" in text
+    assert "- regnety_016 max-autotune plan: timed out after 900 s" in text
+
+
+def test_child_environment_is_stocks_with_its_own_inductor_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_PLAN", "/some/plan.json")
+    monkeypatch.setenv("TORCH_CUDNN_CONV_FWD_ALGO", "fastest")
+    env = compiled.child_env("/tmp/inductor-3")
+    assert "TORCH_CUDNN_ALGO_PLAN" not in env and "TORCH_CUDNN_CONV_FWD_ALGO" not in env
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/inductor-3"
+
+
+def test_command_line_refuses_unknown_networks_and_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--networks", "not_a_net"], ["--compile-modes", "reduce-overhead"], ["--repeats", "0"]):
+        with pytest.raises(SystemExit):
+            compiled.main(argv)
+        assert "networks are" in capsys.readouterr().err
