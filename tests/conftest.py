@@ -12,8 +12,8 @@ A file is named ``*_gpu.py`` exactly when its tests are ``gpu``-marked, and no o
 holds ``gpu`` tests; collection stops with an error otherwise. Tooling and document tests live in ``tests/tooling/``.
 
 Every test starts and ends with every flag back at its default, and has an empty
-execution plan cache of its own (csrc/store/execution_plan_cache.h), so that no test loads
-what an earlier one compiled."""
+tuning database of its own (csrc/store/tuning_db.h), so that no test loads what an earlier
+one tuned or compiled."""
 
 from __future__ import annotations
 
@@ -76,5 +76,6 @@ def _default_flags(request: pytest.FixtureRequest):
 
 
 @pytest.fixture(autouse=True)
-def _own_compiled_plan_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
-    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path_factory.mktemp("compiled-plans")))
+def _own_tuning_db(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    monkeypatch.delenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", raising=False)
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path_factory.mktemp("tuning-db")))

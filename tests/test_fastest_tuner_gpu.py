@@ -349,10 +349,11 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
 
 
 def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatch, tmp_path):
-    # What a later process tuning the same layer finds (csrc/store/execution_plan_cache.h):
+    # What a later process tuning the same layer finds (csrc/store/execution_plan_cache.h, kept in
+    # the tuning database):
     # the plans compiled here, loaded instead of compiled; stock's configuration,
     # loaded, still gives stock's bits; a corrupt file is ignored and rebuilt.
-    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path))
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_WORKERS", "0")  # every compile here
     conv, x, stock = depthwise_layer(3, seed=7)
     ops = torch_cudnn_algo._ops

@@ -38,10 +38,10 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     directory = tmp_path_factory.mktemp("blobs")
     plan, outputs = directory / "plan.json", directory / "outputs.pt"
     # Every plan built in the tuning process itself: a module fixture runs before the
-    # per-test empty compiled plan cache (conftest), so it gets one of its own, and no
+    # per-test empty tuning database (conftest), so it gets one of its own, and no
     # compile worker (a worker's plan arrives serialised, as a loaded one does).
     report, _ = run_job("save", str(plan), str(outputs), TORCH_CUDNN_ALGO_COMPILE_WORKERS="0",
-                        TORCH_CUDNN_ALGO_COMPILE_CACHE=str(tmp_path_factory.mktemp("compiled-plans")))
+                        TORCH_CUDNN_ALGO_DB=str(tmp_path_factory.mktemp("tuning-db")))
     return plan, outputs, report
 
 

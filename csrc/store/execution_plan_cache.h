@@ -5,12 +5,13 @@
 // compiles its kernel with NVRTC, a fraction of a second each, in every process
 // anew. The CUDA driver's JIT cache spares stock PyTorch part of that on a
 // later run but spares the tuner nothing. So a runtime-compiled execution plan
-// the tuner builds is also saved, serialized, in a directory; a later process
-// tuning the same configuration loads it in milliseconds instead of
-// compiling. A file is keyed by everything that makes the plan: the
-// convolution's configuration, the engine configuration, the GPU model, and
-// cuDNN's and the frontend's versions; one that is not exactly what it claims
-// to be (truncated, foreign, corrupt) is ignored and rebuilt.
+// the tuner builds is also saved, serialized, in the tuning database
+// (tuning_db.h, entries of kind execution_plan); a later process tuning the
+// same configuration loads it in milliseconds instead of compiling. An entry
+// is keyed by everything that makes the plan: the convolution's
+// configuration, the engine configuration, the GPU model, and cuDNN's and the
+// frontend's versions; one that is not whole (truncated, corrupt) is ignored
+// and rebuilt.
 #pragma once
 
 #include "base/conv_key.h"
@@ -22,19 +23,16 @@
 
 namespace torch_cudnn_algo {
 
-// The directory, read on every call: TORCH_CUDNN_ALGO_COMPILE_CACHE; unset,
-// $XDG_CACHE_HOME/torch_cudnn_algo/compiled-plans, else
-// ~/.cache/torch_cudnn_algo/compiled-plans; "" when off (the variable set to
-// "0" or empty, or no home directory).
+// The tuning database's directory (tuning_db_dir), "" when off.
 std::string execution_plan_cache_dir();
 
 // The serialized execution plan saved for `engine` (canonical name) on key's
 // configuration and key.device's GPU model, or nullopt.
 std::optional<std::vector<uint8_t>> load_cached_execution_plan(const ConvKey& key, const std::string& engine);
 
-// Saves `blob` for a later load_cached_execution_plan: written aside and renamed, so a
-// concurrent process never reads half a file. Failures (a read-only or full
-// disk) are counted and otherwise ignored: the cache only saves time.
+// Saves `blob` for a later load_cached_execution_plan (see db_save: a
+// concurrent process never reads half an entry; a failure warns once and is
+// otherwise ignored).
 void save_cached_execution_plan(const ConvKey& key, const std::string& engine, const std::vector<uint8_t>& blob);
 
 // A file load_cached_execution_plan returned that cuDNN then could not load.

@@ -17,6 +17,8 @@ import os
 from . import _extension, _flags, _plan, _profile, _warn
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
+from ._db import (TuningDbEntry, clear_tuning_db, remove_tuning_db_entries, tuning_db_counts, tuning_db_dir,
+                  tuning_db_entries, tuning_db_max_bytes)
 from ._flags import flags
 from ._plan import (Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedExecutionPlan, current_plan,
                     execution_plan_counts, load_plan, plan_entry_run_counts, use_plan)
@@ -39,10 +41,9 @@ from ._tune import tune
 __version__ = "0.1.0"
 
 __all__ = [
-    "DIRECTIONS",
-    "TOLERANCES",
     "Candidate",
     "ConvSpec",
+    "DIRECTIONS",
     "EngineConfig",
     "Plan",
     "PlanEntry",
@@ -51,10 +52,13 @@ __all__ = [
     "ProfileRow",
     "ProfileTable",
     "SerializedExecutionPlan",
+    "TOLERANCES",
     "TensorSpec",
+    "TuningDbEntry",
     "active_overrides",
     "choose_fastest",
     "clear_cache",
+    "clear_tuning_db",
     "cudnn_version",
     "current_plan",
     "engine_configs",
@@ -69,8 +73,13 @@ __all__ = [
     "pinned_run_counts",
     "plan_entry_run_counts",
     "profile",
+    "remove_tuning_db_entries",
     "tolerance_for",
     "tune",
+    "tuning_db_counts",
+    "tuning_db_dir",
+    "tuning_db_entries",
+    "tuning_db_max_bytes",
     "tuning_log",
     "use_plan",
 ]

@@ -495,3 +495,40 @@ def execution_plan_cache_dir() -> str:
 def execution_plan_cache_counts() -> dict[str, int]:
     """Execution plans the on-disk cache loaded, saved, rejected, failed to save."""
     return {str(name): int(value) for name, value in _lib().execution_plan_cache_counts().items()}
+
+
+def tuning_db_dir() -> str:
+    """The tuning database's directory ("" when off)."""
+    return str(_lib().tuning_db_dir())
+
+
+def tuning_db_max_bytes() -> int:
+    return int(_lib().tuning_db_max_bytes())
+
+
+def tuning_db_entries() -> list[dict[str, Any]]:
+    """Every whole entry, without blobs: path, kind, key, header (a dict), bytes, modified_ns."""
+    return json.loads(_lib().tuning_db_entries())
+
+
+def tuning_db_save(kind: str, key: str, header: str, blob: bytes) -> bool:
+    data = torch.frombuffer(bytearray(blob), dtype=torch.uint8) if blob else torch.empty(0, dtype=torch.uint8)
+    return bool(_lib().tuning_db_save(kind, key, header, data))
+
+
+def tuning_db_load(kind: str, key: str) -> tuple[str, bytes] | None:
+    """(header, blob) of the entry saved under ``key``, or None."""
+    found, header, blob = _lib().tuning_db_load(kind, key)
+    return (str(header), blob.numpy().tobytes()) if found else None
+
+
+def tuning_db_remove(paths: list[str]) -> int:
+    return int(_lib().tuning_db_remove(paths))
+
+
+def tuning_db_clear() -> int:
+    return int(_lib().tuning_db_clear())
+
+
+def tuning_db_counts() -> dict[str, int]:
+    return {str(name): int(value) for name, value in _lib().tuning_db_counts().items()}

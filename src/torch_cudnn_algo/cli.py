@@ -121,6 +121,36 @@ def _info(_args: argparse.Namespace) -> int:
     return 0
 
 
+# -- db --------------------------------------------------------------------------
+
+def _db(args: argparse.Namespace) -> int:
+    from torch_cudnn_algo import _db, _extension
+
+    if not _extension.is_loaded():
+        print(f"torch-cudnn-algo db: the C++ extension is not loaded ({_extension.load_error()})", file=sys.stderr)
+        return 1
+    directory = _db.tuning_db_dir()
+    if directory is None:
+        print("the tuning database is off (TORCH_CUDNN_ALGO_DB=0, or no home directory to keep it in)")
+        return 0
+    if args.action == "clear":
+        print(f"removed {_db.clear_tuning_db()} entries from {directory}")
+        return 0
+    entries = [entry for entry in _db.tuning_db_entries() if args.kind in (None, entry.kind)]
+    total = sum(entry.bytes for entry in entries)
+    print(f"tuning database {directory}: {len(entries)} entries, {total / 2**20:.1f} MiB "
+          f"(bound {_db.tuning_db_max_bytes() / 2**20:.0f} MiB, TORCH_CUDNN_ALGO_DB_MAX_MB)")
+    rows = [("kind", "choice", "saved", "host", "KiB", "configuration")]
+    for entry in sorted(entries, key=lambda e: (e.kind, str(e.configuration))):
+        choice = entry.header.get("choice", entry.header.get("engine"))
+        rows.append((entry.kind, "stock" if choice is None else str(choice), entry.saved or "-", entry.host or "-",
+                     f"{entry.bytes / 1024:.1f}", str(entry.configuration or "(unreadable)")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    return 0
+
+
 # -- list, profile ---------------------------------------------------------------
 
 def _list(args: argparse.Namespace) -> int:
@@ -408,6 +438,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = commands.add_parser("info", help="torch, CUDA, cuDNN, GPU, flags and plan in force (no GPU needed)")
     info.set_defaults(run=_info)
+
+    db = commands.add_parser("db", help="the tuning database: list its entries, or clear it (no GPU needed)")
+    db.add_argument("action", nargs="?", choices=("list", "clear"), default="list",
+                    help="list (default) or clear every entry")
+    db.add_argument("--kind", choices=("decision", "execution_plan"), help="list only entries of this kind")
+    db.set_defaults(run=_db)
 
     listing = commands.add_parser("list", help="candidates that can run a convolution (nothing executed)")
     _settings_arguments(listing)

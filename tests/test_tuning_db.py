@@ -1,0 +1,321 @@
+"""CPU: the tuning database's store (csrc/store/tuning_db.h): where it lives, entries written
+whole and read back only whole, under load from several processes and after a writer is killed,
+the size bound, a disk it cannot write, and the ``db`` command. What the tuner keeps in it and
+loads on the GPU: tests/test_fastest_tuner_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import torch_cudnn_algo
+from torch_cudnn_algo import _db, _ops, cli
+
+pytestmark = pytest.mark.skipif(not torch_cudnn_algo.is_available(), reason="needs the C++ extension")
+
+CONFIGURATION = {"direction": "fwd", "input": [8, 64, 1, 56], "weight": [64, 1, 1, 3], "output": [8, 64, 1, 56],
+                 "padding": [0, 1], "stride": [1, 1], "dilation": [1, 1], "groups": 64, "dtype": "float16",
+                 "channels_last": False, "device": 0, "deterministic": False, "allow_tf32": True,
+                 "transposed": False}
+
+
+def header(**fields: object) -> str:
+    return json.dumps({"configuration": CONFIGURATION, "engine": "eng5", **fields})
+
+
+def save(key: str, blob: bytes = b"", kind: str = "execution_plan", **fields: object) -> bool:
+    return _ops.tuning_db_save(kind, key, header(**fields), blob)
+
+
+def entry_file(tmp: Path) -> Path:
+    (path,) = [p for p in tmp.iterdir() if p.suffix in (".plan", ".decision")]
+    return path
+
+
+@pytest.fixture
+def db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "db"))
+    return tmp_path / "db"
+
+
+# -- where --------------------------------------------------------------------------------------
+
+def test_the_variable_names_the_directory_and_the_older_one_still_counts(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "db"))
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path / "old"))
+    assert _db.tuning_db_dir() == str(tmp_path / "db")
+    monkeypatch.delenv("TORCH_CUDNN_ALGO_DB")
+    assert _db.tuning_db_dir() == str(tmp_path / "old")  # the compiled-plan cache's variable, folded in
+
+
+@pytest.mark.parametrize("off", ["0", ""])
+def test_zero_or_empty_turns_it_off(monkeypatch, off):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", off)
+    assert _db.tuning_db_dir() is None
+    assert not save("k", b"x") and _ops.tuning_db_load("execution_plan", "k") is None
+
+
+def test_by_default_it_is_under_the_users_cache_directory(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCH_CUDNN_ALGO_DB", raising=False)
+    monkeypatch.delenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _db.tuning_db_dir() == str(tmp_path / "xdg" / "torch_cudnn_algo" / "db")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _db.tuning_db_dir() == str(tmp_path / "home" / ".cache" / "torch_cudnn_algo" / "db")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # not a path the XDG spec allows: ignored
+    assert _db.tuning_db_dir() == str(tmp_path / "home" / ".cache" / "torch_cudnn_algo" / "db")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", "")
+    assert _db.tuning_db_dir() is None  # nowhere to keep it: off
+
+
+def test_the_size_bound_is_a_setting(monkeypatch):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB_MAX_MB", "3")
+    assert _db.tuning_db_max_bytes() == 3 << 20
+    monkeypatch.delenv("TORCH_CUDNN_ALGO_DB_MAX_MB")
+    assert _db.tuning_db_max_bytes() == 1024 << 20
+
+
+# -- entries ------------------------------------------------------------------------------------
+
+def test_an_entry_reads_back_as_written_and_lists_with_its_configuration(db):
+    assert save("key one", b"\x00\x01plan bytes", saved="2026-11-27T10:00:00Z", host="node7")
+    assert save("key two", b"", kind="decision", choice="eng9")
+    text, blob = _ops.tuning_db_load("execution_plan", "key one")
+    assert json.loads(text)["engine"] == "eng5" and blob == b"\x00\x01plan bytes"
+    assert _ops.tuning_db_load("decision", "key one") is None  # kinds do not mix
+    assert _ops.tuning_db_load("execution_plan", "key three") is None
+    entries = {entry.kind: entry for entry in _db.tuning_db_entries()}
+    assert set(entries) == {"decision", "execution_plan"}
+    plan = entries["execution_plan"]
+    assert str(plan.configuration) == "conv2d 8x64x1x56 -> 64x1x3 s1 p0x1 g64 fp16 contiguous fwd"
+    assert (plan.saved, plan.host, plan.header["engine"]) == ("2026-11-27T10:00:00Z", "node7", "eng5")
+    assert entries["decision"].header["choice"] == "eng9"
+
+
+def test_a_later_save_under_the_same_key_replaces_the_entry(db):
+    save("k", b"first")
+    save("k", b"second, longer")
+    assert _ops.tuning_db_load("execution_plan", "k")[1] == b"second, longer"
+    assert len(_db.tuning_db_entries()) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated", "blob flipped", "header flipped", "empty", "foreign"])
+def test_an_entry_that_is_not_whole_is_never_used(db, damage):
+    save("k", b"x" * 1000)
+    path = entry_file(db)
+    data = bytearray(path.read_bytes())
+    if damage == "truncated":
+        data = data[:-10]
+    elif damage == "blob flipped":
+        data[-1] ^= 0xFF
+    elif damage == "header flipped":
+        data[40] ^= 0x01
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data = bytearray(b"not ours at all, but with our suffix")
+    path.write_bytes(bytes(data))
+    rejected = _db.tuning_db_counts()["rejected"]
+    assert _ops.tuning_db_load("execution_plan", "k") is None
+    assert _db.tuning_db_counts()["rejected"] == rejected + 1
+    assert _db.tuning_db_entries() == []
+    assert save("k", b"y")  # rebuilt: the next save replaces it
+    assert _ops.tuning_db_load("execution_plan", "k")[1] == b"y"
+
+
+def test_another_keys_whole_file_under_this_keys_name_is_not_this_entry(db):
+    save("k1", b"one")
+    first = entry_file(db)
+    save("k2", b"two")
+    second = next(p for p in db.iterdir() if p != first)
+    second.write_bytes(first.read_bytes())  # k1's entry under k2's name: as a hash collision would look
+    assert _ops.tuning_db_load("execution_plan", "k2") is None
+    assert [entry.path for entry in _db.tuning_db_entries()] == [str(first)]
+
+
+def test_bad_arguments_say_what_is_valid_and_write_nothing(db):
+    with pytest.raises(ValueError, match="kinds are 'decision' and 'execution_plan'"):
+        _ops.tuning_db_save("plan", "k", header(), b"")
+    with pytest.raises(ValueError, match="header must be a JSON object"):
+        _ops.tuning_db_save("decision", "k", "[1, 2]", b"")
+    with pytest.raises(ValueError, match="needs a key"):
+        _ops.tuning_db_save("decision", "", header(), b"")
+    assert not db.exists() or list(db.iterdir()) == []
+
+
+# -- clear, remove --------------------------------------------------------------------------------
+
+def test_clear_removes_entries_and_leftovers_but_nothing_else(db):
+    save("a", b"1")
+    save("b", b"2", kind="decision")
+    (db / "0123456789abcdef.plan.aside.99.0").write_bytes(b"half")
+    (db / "README.txt").write_text("a note of the team's")
+    assert _db.clear_tuning_db() == 2
+    assert sorted(p.name for p in db.iterdir()) == ["README.txt"]
+
+
+def test_remove_touches_only_entry_files_of_the_database(db, tmp_path):
+    save("a", b"1")
+    save("b", b"2")
+    outside = tmp_path / "elsewhere.plan"
+    outside.write_bytes(b"keep")
+    first, second = _db.tuning_db_entries()
+    assert _ops.tuning_db_remove([first.path, str(outside), str(db / "README.txt")]) == 1
+    assert outside.exists() and [entry.path for entry in _db.tuning_db_entries()] == [second.path]
+
+
+# -- the size bound ---------------------------------------------------------------------------------
+
+def test_least_recently_used_entries_go_first_beyond_the_bound(db, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB_MAX_MB", "1")
+    blob = b"p" * (200 << 10)  # 200 KiB: every save checks the bound (more than 1/8 of it); 5 fit
+    for index in range(4):
+        assert save(f"k{index}", blob)
+    files = {_key_of(path): path for path in db.iterdir()}
+    now = time.time()
+    for index in range(4):  # written an hour apart, k0 first
+        os.utime(files[f"k{index}"], (now - 3600 * (10 - index),) * 2)
+    assert _ops.tuning_db_load("execution_plan", "k0") is not None  # used now: k1 is the least recent
+    evicted = _db.tuning_db_counts()["evicted"]
+    for index in range(4, 7):
+        assert save(f"k{index}", blob)
+    entries = _db.tuning_db_entries()
+    kept = sorted(_key_of(Path(entry.path)) for entry in entries)
+    assert sum(entry.bytes for entry in entries) <= 1 << 20
+    assert kept == ["k0", "k3", "k4", "k5", "k6"], kept
+    assert _db.tuning_db_counts()["evicted"] == evicted + 2
+
+
+def _key_of(path: Path) -> str:
+    """The key an entry file holds (its second field)."""
+    data = path.read_bytes()
+    size = int.from_bytes(data[8:16], sys.byteorder)
+    return data[16:16 + size].decode()
+
+
+def test_a_stale_half_written_file_is_removed_and_never_listed(db, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB_MAX_MB", "1")
+    save("k", b"x")
+    stale = db / "0123456789abcdef.plan.aside.4242.0"
+    fresh = db / "0123456789abcdee.plan.aside.4243.0"
+    stale.write_bytes(b"a killed writer's")
+    fresh.write_bytes(b"a write in progress")
+    os.utime(stale, (time.time() - 2 * 3600,) * 2)
+    assert [_key_of(Path(entry.path)) for entry in _db.tuning_db_entries()] == ["k"]
+    save("big", b"b" * (200 << 10))  # a save that checks the bound
+    assert not stale.exists() and fresh.exists()
+
+
+# -- under load -------------------------------------------------------------------------------------
+
+WRITER = textwrap.dedent("""
+    import json, sys, torch_cudnn_algo
+    from torch_cudnn_algo import _ops
+    name, rounds = sys.argv[1], int(sys.argv[2])
+    for i in range(rounds):
+        for key in ("shared-1", "shared-2", "own-" + name):
+            blob = (name + ":" + str(i) + ":").encode() * (1000 + 37 * i)
+            _ops.tuning_db_save("execution_plan", key, json.dumps({"writer": name, "round": i}), blob)
+    print("done", flush=True)
+""")
+
+
+def whole(header: str, blob: bytes) -> bool:
+    """Whether a loaded entry is one a writer wrote, all of it."""
+    fields = json.loads(header)
+    unit = f"{fields['writer']}:{fields['round']}:".encode()
+    return blob == unit * (1000 + 37 * fields["round"])
+
+
+def test_many_processes_writing_and_reading_at_once_never_see_half_an_entry(db):
+    rejected = _db.tuning_db_counts()["rejected"]
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, f"w{n}", "60"], env=os.environ.copy(),
+                                stdout=subprocess.PIPE, text=True) for n in range(4)]
+    seen = 0
+    while any(w.poll() is None for w in writers):
+        for key in ("shared-1", "shared-2"):
+            loaded = _ops.tuning_db_load("execution_plan", key)
+            if loaded is not None:
+                assert whole(*loaded)
+                seen += 1
+    assert all(w.wait() == 0 and "done" in w.stdout.read() for w in writers)
+    assert seen > 0 and _db.tuning_db_counts()["rejected"] == rejected
+    entries = _db.tuning_db_entries()
+    assert sorted(_key_of(Path(e.path)) for e in entries) == ["own-w0", "own-w1", "own-w2", "own-w3",
+                                                              "shared-1", "shared-2"]
+    for key in ("shared-1", "shared-2", "own-w2"):
+        assert whole(*_ops.tuning_db_load("execution_plan", key))
+
+
+def test_a_writer_killed_mid_write_leaves_only_whole_entries(db):
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import json, torch_cudnn_algo
+        from torch_cudnn_algo import _ops
+        print("ready", flush=True)
+        i = 0
+        while True:
+            _ops.tuning_db_save("execution_plan", "big", json.dumps({"writer": "k", "round": i}),
+                                (b"k:%d:" % i) * (1000 + 37 * i))
+            i += 1
+    """)], env=os.environ.copy(), stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    loaded = _ops.tuning_db_load("execution_plan", "big")
+    assert loaded is not None and whole(*loaded)
+    assert [_key_of(Path(e.path)) for e in _db.tuning_db_entries()] == ["big"]
+
+
+# -- a disk it cannot write -------------------------------------------------------------------------
+
+def test_a_disk_it_cannot_write_is_one_warning_never_an_error(tmp_path):
+    blocker = tmp_path / "a file, not a directory"
+    blocker.write_text("")
+    script = textwrap.dedent("""
+        import json, warnings, torch_cudnn_algo
+        from torch_cudnn_algo import _ops
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = [_ops.tuning_db_save("decision", f"k{i}", json.dumps({}), b"x") for i in range(3)]
+        print(json.dumps({"results": results, "warnings": [str(w.message) for w in caught],
+                          "counts": _ops.tuning_db_counts()}))
+    """)
+    env = {**os.environ, "TORCH_CUDNN_ALGO_DB": str(blocker / "db")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["results"] == [False, False, False]
+    assert report["counts"]["save_failed"] == 3
+    (message,) = [w for w in report["warnings"] if "tuning database" in w]
+    assert str(blocker / "db") in message and "TORCH_CUDNN_ALGO_DB" in message
+
+
+# -- the db command ---------------------------------------------------------------------------------
+
+def test_db_command_lists_and_clears(db, capsys):
+    save("k", b"x" * 2048, saved="2026-11-27T10:00:00Z", host="node7")
+    assert cli.main(["db"]) == 0
+    out = capsys.readouterr().out
+    assert f"tuning database {db}: 1 entries" in out
+    assert "execution_plan  eng5" in out and "node7" in out and "conv2d 8x64x1x56 -> 64x1x3" in out
+    assert cli.main(["db", "list", "--kind", "decision"]) == 0
+    assert "0 entries" in capsys.readouterr().out
+    assert cli.main(["db", "clear"]) == 0
+    assert f"removed 1 entries from {db}" in capsys.readouterr().out
+    assert _db.tuning_db_entries() == []
+
+
+def test_db_command_when_the_database_is_off(monkeypatch, capsys):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", "0")
+    assert cli.main(["db"]) == 0
+    assert "the tuning database is off" in capsys.readouterr().out
