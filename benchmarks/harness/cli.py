@@ -39,7 +39,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .config import CHILD_KINDS, CHILD_RESULT_PREFIX, COMPILE_CACHE_ENV_VAR, LOOP_DEFAULTS, MAIN_SECTIONS, \
+from .config import CHILD_KINDS, CHILD_RESULT_PREFIX, TUNING_DB_ENV_VAR, LOOP_DEFAULTS, MAIN_SECTIONS, \
     MIN_CHILD_S, PLAN_ENV_VAR, SECTIONS, Settings, names_plan_path
 from .networks import ZOO
 from .raw import merge, raw_dir, raw_path, write_raw
@@ -234,9 +234,9 @@ def run_parent(settings: Settings) -> int:
     unfinished: list[str] = []
     budget = Budget(settings.budget_s)
     plans = Path(tempfile.mkdtemp(prefix="zoo-plans-"))
-    # tune() measured as on a machine that never tuned these networks: an empty execution plan
-    # cache for this run, unless the caller names one (to measure a warm cache).
-    os.environ.setdefault(COMPILE_CACHE_ENV_VAR, str(plans / "execution-plan-cache"))
+    # tune() measured as on a machine that never tuned these networks: an empty tuning database
+    # for this run, unless the caller names one (to measure a warm one).
+    os.environ.setdefault(TUNING_DB_ENV_VAR, str(plans / "tuning-db"))
     try:
         for network in settings.networks:
             try:

@@ -14,7 +14,7 @@ REPORTED_MODES = EAGER_MODES[:3]  # the result's eager_ms shape; control goes wi
 CHILD_KINDS = ("main", "plan_first_step", "names_first_step", "benchmark")
 CHILD_RESULT_PREFIX = "ZOO_CHILD_RESULT "  # a child's last stdout line: this, then its result as JSON
 PLAN_ENV_VAR = "TORCH_CUDNN_ALGO_PLAN"
-COMPILE_CACHE_ENV_VAR = "TORCH_CUDNN_ALGO_DB"  # the tuning database (compiled execution plans among its entries)
+TUNING_DB_ENV_VAR = "TORCH_CUDNN_ALGO_DB"  # the tuning database (compiled execution plans among its entries)
 
 WARMUP_STEPS = 3  # after the first step, before tune(): the caching allocator and lazy state settle
 MODE_WARMUP_STEPS = 3  # per mode before the rounds ("fastest" tunes in the first)
