@@ -109,8 +109,13 @@ def assert_breakdown(entry):
         host_added_us = pick["host_us"] - (stock["host_us"] * 1.10 + 2.0)
         gpu_saved_us = (stock["ms"] - pick["ms"]) * 1e3
         assert host_added_us <= 0 or gpu_saved_us >= 2 * host_added_us * (1 - 1e-4), entry
-    # Two timed batches (first round, finalists), each timed at most 3 times.
-    assert 0 <= entry["retimed_batches"] <= 2 * 2 + 2 * entry["knob_configs"], entry
+    # Timed batches: the first round (and, with extras probed, the probes and the near extras'
+    # further calls) and the finalists, each timed at most 3 times.
+    batches = 2 + (2 if entry["probed"] else 0)
+    assert 0 <= entry["retimed_batches"] <= 2 * batches + 2 * entry["knob_configs"], entry
+    probed = [c for c in configs if c["probe"] is not None]
+    assert entry["probed"] == len(probed) and all(c["extra"] and c["ms"] is not None for c in probed), entry
+    assert all(c["source"] in ("heuristics_a", "heuristics_b", "fallback") for c in configs if c["rank"] >= 0)
     tried = [c for c in configs if c["build_s"] is not None]
     built = [c for c in tried if not c["cached"]]
     assert entry["built"] == len(built) and entry["built_rtc"] == sum(c["rtc"] for c in built)
@@ -390,3 +395,118 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
     assert third["rejected"] >= len(compiled) and third["loaded"] == 0, third
     assert third["saved"] >= len(compiled), third  # compiled again and saved over the corrupt ones
     assert entry["pick"] is not None
+
+
+# Grouped convolutions where heuristics A leaves cuDNN's fastest engines out
+# (benchmarks/results/kernels-h100-2026-11-27.md): RegNetY's 24 channels per group, and an
+# EfficientNet depthwise 5x5.
+GROUPED_FORMS = [
+    ConvForm("regnety g5", (16, 120, 28, 28), (120, 24, 3, 3), padding=1, groups=5),
+    ConvForm("regnety g14", (16, 336, 14, 14), (336, 24, 3, 3), padding=1, groups=14),
+    ConvForm("regnety g37 s2", (16, 888, 14, 14), (888, 24, 3, 3), stride=2, padding=1, groups=37),
+]
+DEPTHWISE_FORM = ConvForm("efficientnet dw5x5 s2", (16, 144, 56, 56), (144, 1, 5, 5), stride=2, padding=2,
+                          groups=144)
+
+
+def run_form(form, direction, x, w, grad):
+    if direction == "fwd":
+        return form.conv(x, w)
+    mask = [direction == "bwd_data", direction == "bwd_filter", False]
+    out = torch.ops.aten.convolution_backward(grad, x, w, None, [form.stride] * 2, [form.padding] * 2,
+                                              [form.dilation] * 2, False, [0, 0], form.groups, mask)
+    return out[0] if direction == "bwd_data" else out[1]
+
+
+def form_operands(form, dtype=torch.float16):
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(shape):
+        t = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).cuda()
+        return t.contiguous(memory_format=torch.channels_last)
+
+    x, w = randn(form.input_shape), randn(form.weight_shape)
+    meta = form.conv(torch.empty(form.input_shape, device="meta"), torch.empty(form.weight_shape, device="meta"))
+    return x, w, randn(tuple(meta.shape))
+
+
+def replay_probe_rule(tuned):
+    """Checks (form, log entry) pairs in tuning order against the wide search's rule: a tuning
+    does not probe an engine on a kind of convolution (direction, depthwise or not, dtype) once
+    two of its earlier probes there were far from the best and none near."""
+    record = {}
+    for form, entry in tuned:
+        kind = (entry["direction"], form.groups == form.input_shape[1], entry["dtype"])
+        probes = [(re.match(r"(eng\d+)", c["config"]).group(1), c["probe"]) for c in entry["configs"]
+                  if c["probe"] is not None]
+        for engine, _ in probes:
+            far, near = record.get((kind, engine), (0, 0))
+            assert near > 0 or far < 2, (engine, form.name, entry)
+        for engine, probe in probes:
+            far, near = record.get((kind, engine), (0, 0))
+            record[(kind, engine)] = (far + (probe == "far"), near + (probe == "near"))
+
+
+def tune_forms(forms, direction):
+    """Tunes `direction` of each form under "fastest"; checks the pick against float64 and stock's
+    configuration against stock's bits; returns the (form, log entry) pairs."""
+    tuned = []
+    with torch.backends.cudnn.flags(enabled=True):
+        for form in forms:
+            x, w, grad = form_operands(form)
+            stock = run_form(form, direction, x, w, grad)
+            with torch_cudnn_algo.flags(**{FLAG[direction]: "fastest"}):
+                picked = run_form(form, direction, x, w, grad)
+            entry = torch_cudnn_algo.tuning_log()[-1]
+            assert_breakdown(entry)
+            by_name = {c["config"]: c for c in entry["configs"]}
+            assert not by_name[entry["stock_config"]]["extra"], entry
+            with torch_cudnn_algo.flags(**{FLAG[direction]: entry["stock_config"], "conv_algo_strict": True}):
+                assert torch.equal(run_form(form, direction, x, w, grad), stock)
+            if direction == "fwd":
+                expected = reference(form, x, w)
+            else:
+                gx, gw = reference_grads(form, x, w, grad)
+                expected = gx if direction == "bwd_data" else gw
+            assert relative_error(picked, expected) < 1e-2, (form.name, entry)
+            tuned.append((form, entry))
+    assert [entry for _, entry in tuned] == torch_cudnn_algo.tuning_log()
+    replay_probe_rule(tuned)
+    return tuned
+
+
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_wide_search_probes_the_fallback_list_on_grouped_convolutions(direction):
+    """By default grouped convolutions that are not depthwise also try the fallback list's
+    precompiled configurations, each probed once first; heuristics B stays unasked."""
+    before = torch_cudnn_algo.execution_plan_counts()
+    for _, entry in tune_forms(GROUPED_FORMS, direction):
+        extras = [c for c in entry["configs"] if c["extra"]]
+        assert extras and {c["source"] for c in extras} == {"fallback"}, entry
+        assert all(not c["rtc"] for c in extras), entry
+        assert "heuristics_b" not in {c["source"] for c in entry["configs"]}, entry
+    # Extras build from their names: no heuristics query.
+    assert torch_cudnn_algo.execution_plan_counts()["built_by_heuristics"] == before["built_by_heuristics"]
+
+
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_wide_search_two_adds_heuristics_b_and_depthwise_convolutions(direction, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_TUNE_WIDE", "2")
+    tuned = tune_forms([DEPTHWISE_FORM, *GROUPED_FORMS[:1]], direction)
+    sources = {c["source"] for _, entry in tuned for c in entry["configs"] if c["extra"]}
+    assert "heuristics_b" in sources and sources <= {"heuristics_b", "fallback"}, tuned
+
+
+def test_wide_search_stays_off_for_dense_and_depthwise_convolutions_and_when_turned_off(monkeypatch):
+    x, w, grad = operands()
+    with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
+        run_direction("fwd", x, w, grad)
+    (dense,) = torch_cudnn_algo.tuning_log()
+    torch_cudnn_algo.clear_cache()
+    (depthwise,) = [entry for _, entry in tune_forms([DEPTHWISE_FORM], "fwd")]
+    torch_cudnn_algo.clear_cache()
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_TUNE_WIDE", "0")
+    (grouped,) = [entry for _, entry in tune_forms(GROUPED_FORMS[:1], "fwd")]
+    for entry in (dense, depthwise, grouped):
+        assert entry["probed"] == 0 and not any(c["extra"] for c in entry["configs"]), entry
+        assert "heuristics_b" not in {c["source"] for c in entry["configs"]}, entry

@@ -25,7 +25,7 @@ hardware limit (``roofline.py``: the multiply-adds at the tensor cores' peak or 
 tensors' traffic at HBM3's, whichever is slower), with the TFLOP/s and TB/s reached. The tuner's
 own settings come from the environment
 (``TORCH_CUDNN_ALGO_TUNE_CANDIDATES``, ``TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES``,
-``TORCH_CUDNN_ALGO_TUNE_THREADS``); ``--no-prepare-ahead`` makes ``tune()`` build each
+``TORCH_CUDNN_ALGO_TUNE_THREADS``, ``TORCH_CUDNN_ALGO_TUNE_WIDE``); ``--no-prepare-ahead`` makes ``tune()`` build each
 configuration's candidates only when it tunes it.
 """
 
@@ -88,7 +88,8 @@ def measure(args: argparse.Namespace) -> None:
     cudnn = torch.backends.cudnn
     settings = {name: os.environ.get(name) for name in ("TORCH_CUDNN_ALGO_TUNE_CANDIDATES",
                                                         "TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES",
-                                                        "TORCH_CUDNN_ALGO_TUNE_THREADS") if os.environ.get(name)}
+                                                        "TORCH_CUDNN_ALGO_TUNE_THREADS",
+                                                        "TORCH_CUDNN_ALGO_TUNE_WIDE") if os.environ.get(name)}
     for network in args.networks:
         trainer, _ = build_trainer(network, "cuda")
         record = {"network": network, "mode": args.mode, "label": args.label, "settings": settings,

@@ -46,6 +46,7 @@ void clear_runner_cache() {
   clear_direct_runners();
   clear_profile_decisions();
   clear_tuning_log();
+  clear_wide_search_record();
 }
 
 int64_t runner_cache_size() {

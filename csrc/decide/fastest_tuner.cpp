@@ -34,6 +34,11 @@ constexpr double kMaxErrorRatio = 2.0;
 constexpr double kMaxHostIncrease = 0.10;
 constexpr double kHostSlackUs = 2.0;
 constexpr double kGpuSavedPerHostAdded = 2.0;
+// A wide-search extra is timed in full when its probe (one call) takes at most
+// this many times the best median of heuristics A's first round: one call is
+// noisy, and the finalists' round decides among the near ones.
+constexpr double kProbeNearBest = 1.5;
+constexpr size_t kExtraWorkspaceFloor = size_t{64} << 20;
 
 }  // namespace
 
@@ -74,6 +79,30 @@ bool Tuner::accurate(size_t index) {
   return pick_error_ <= error_bound_;
 }
 
+// Times the first round: heuristics A's candidates kFirstRoundReps times; the
+// wide search's extras once (the probe), and those near A's best as often as
+// A's. Returns the candidates timed in full.
+std::vector<size_t> Tuner::first_round(const std::vector<size_t>& warmed) {
+  std::vector<size_t> regular, extras;
+  for (const size_t i : warmed) (candidates_[i].extra ? extras : regular).push_back(i);
+  time_interleaved(regular, kFirstRoundReps);
+  if (extras.empty()) return regular;
+  double best_ms = std::numeric_limits<double>::infinity();
+  for (const size_t i : regular) best_ms = std::min(best_ms, candidates_[i].median_ms());
+  time_interleaved(extras, 1);
+  std::vector<size_t> near;
+  for (const size_t i : extras) {
+    const bool is_near = candidates_[i].samples_ms.front() <= kProbeNearBest * best_ms;
+    candidates_[i].probe = is_near ? Candidate::Probe::kNear : Candidate::Probe::kFar;
+    note_probe(key_, candidates_[i].name, is_near);
+    if (is_near) near.push_back(i);
+  }
+  probed_ += extras.size();
+  time_interleaved(near, kFirstRoundReps - 1);
+  regular.insert(regular.end(), near.begin(), near.end());
+  return regular;
+}
+
 std::shared_ptr<const Choice> Tuner::run() {
   key_.algo = kNoChoice;
   const auto wait_started = Clock::now();
@@ -91,9 +120,20 @@ std::shared_ptr<const Choice> Tuner::run() {
   spent_.heuristics_s = prepared->spent.heuristics_s;
   spent_.build_s = prepared->spent.build_s;
   spent_.build_sum_s = prepared->spent.build_sum_s;
+  // The wide search must not make a tuning hold much more memory than
+  // heuristics A's candidates do: an extra's workspace is at most the largest
+  // of theirs, or kExtraWorkspaceFloor.
+  size_t regular_workspace = kExtraWorkspaceFloor;
+  for (const auto& c : candidates_) {
+    if (!c.extra && c.runnable()) regular_workspace = std::max(regular_workspace, c.runner->workspace_bytes);
+  }
   std::vector<size_t> eligible;
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    if (candidates_[i].runnable() && within_limit(candidates_[i])) eligible.push_back(i);
+    const Candidate& c = candidates_[i];
+    if (!c.runnable() || !within_limit(c)) continue;
+    // An extra prepared ahead may have lost its probes on other convolutions since.
+    if (c.extra && (c.runner->workspace_bytes > regular_workspace || !worth_probing(key_, c.name))) continue;
+    eligible.push_back(i);
   }
   // Stock's configuration is timed even over the workspace limit: it is the
   // measure a pick must beat, though it cannot be picked then.
@@ -107,7 +147,7 @@ std::shared_ptr<const Choice> Tuner::run() {
   operands_ = make_operands(key_);
   spent_.operands_s += seconds_since(operands_started);
   timed = warm_up(timed);
-  time_interleaved(timed, kFirstRoundReps);
+  timed = first_round(timed);
 
   std::vector<size_t> finalists;
   for (const size_t i : by_median(timed)) {

@@ -4,7 +4,9 @@
 //
 // Candidates are heuristics mode A's first configurations in cuDNN's own
 // ranking (4 of them; stock's benchmark mode times the first ten of the same
-// list), runtime-compiled ones beyond stock's own only up to a budget (their
+// list; 10 for grouped convolutions, which the fallback list's precompiled
+// configurations join, each probed once first: the wide search,
+// tuner_wide_search.cpp), runtime-compiled ones beyond stock's own only up to a budget (their
 // build compiles a kernel); stock's own configuration (A's first usable one,
 // what stock runs without benchmark mode) is always among them. Each runner is
 // built once, in parallel threads (tune(): every configuration's, ahead of the
@@ -45,6 +47,9 @@ void prepare_fastest(ConvKey key);
 // Drops queued preparations and results not taken; returns once no thread builds.
 void cancel_prepared_fastest();
 
+// Forgets what the wide search learnt of engines (see tuner_wide_search.cpp).
+void clear_wide_search_record();
+
 // conv_knob_search: also search knob values the heuristics do not list.
 bool knob_search_enabled();
 // Sets it and returns the previous value. Decisions made with the other search
@@ -54,13 +59,13 @@ bool exchange_knob_search(bool enabled);
 // One JSON object per tuning since clear_tuning_log (clear_cache), in order:
 // {"direction", "conv", "dtype", "deterministic", "pick", "stock_config",
 //  "pick_ms", "stock_config_ms", "pick_host_us", "stock_config_host_us",
-//  "candidates", "timed", "knob_configs", "seconds", "workspace",
+//  "candidates", "timed", "knob_configs", "probed", "seconds", "workspace",
 //  "max_rel_error", "stock_config_max_rel_error", "max_rel_error_bound",
 //  "prepared_ahead", "built", "built_rtc", "listed_rtc", "deferred_rtc",
 //  "time_s": {"heuristics", "build", "build_sum", "wait", "operands", "warmup",
 //             "timing", "accuracy", "knob_search"},
-//  "configs": [{"config", "rank", "rtc", "build_s", "cached", "runnable",
-//               "warmup_ms", "ms"}, ...]}.
+//  "configs": [{"config", "rank", "source", "extra", "probe", "rtc", "build_s",
+//               "cached", "runnable", "warmup_ms", "ms"}, ...]}.
 std::vector<std::string> tuning_log_entries();
 void clear_tuning_log();
 

@@ -41,7 +41,15 @@ constexpr double kMinGain = 0.01;
 struct Candidate {
   std::string name;  // canonical engine configuration name
   bool rtc = false;  // cuDNN's RUNTIME_COMPILATION behaviour note: the build compiles a kernel
+  bool builds_from_name = true;  // no heuristics query to build it (see EngineCandidate)
+  // Built with cuDNN's default knob values although its bare name would mean
+  // the heuristics' first-ranked ones: a fallback entry whose engine no other
+  // entry lists, where both are the same configuration.
+  bool default_knobs = false;
   int rank = -1;     // position in the heuristics' list; -1 for a knob-search configuration
+  std::string source;  // the list cuDNN offered it in: "heuristics_a", "heuristics_b" or "fallback"
+  bool extra = false;  // the wide search's (see wide_search): probed once before it is timed further
+  enum class Probe { kNone, kNear, kFar } probe = Probe::kNone;  // an extra's probe against A's best
   std::shared_ptr<const Runner> runner;  // null until built, or when cuDNN cannot build it
   std::vector<double> samples_ms;  // GPU time per call
   std::vector<double> host_us;     // host time to enqueue one call
@@ -88,6 +96,19 @@ struct Prepared {
   Breakdown spent;    // heuristics_s, build_s, build_sum_s
   bool ahead = false;  // prepared by prepare_fastest's threads
 };
+
+// How wide key's tuning searches: besides heuristics A's first round, the
+// precompiled configurations of the fallback list (grouped convolutions that
+// are not depthwise), and with TORCH_CUDNN_ALGO_TUNE_WIDE=2 also heuristics
+// B's (every grouped convolution), each probed once; 0 turns it off.
+enum class WideSearch { kOff, kFallback, kFallbackAndModeB };
+WideSearch wide_search(const ConvKey& key);
+// Whether configuration `name` is still worth a probe on key: false once its
+// engine's probes on this process's convolutions of key's kind were never near
+// the best.
+bool worth_probing(const ConvKey& key, const std::string& name);
+// Records one probe of configuration `name` on key.
+void note_probe(const ConvKey& key, const std::string& name, bool near_best);
 
 // Threads that build candidates (TORCH_CUDNN_ALGO_TUNE_THREADS).
 size_t build_threads();
@@ -145,6 +166,7 @@ class Tuner {
   bool within_limit(const Candidate& c) const;
   void prepare_workspace();
   std::vector<size_t> warm_up(std::vector<size_t> indices);
+  std::vector<size_t> first_round(const std::vector<size_t>& warmed);
   void time_interleaved(const std::vector<size_t>& indices, int reps);
   double spin_cycles_per_us() const;
   std::vector<size_t> by_median(std::vector<size_t> indices) const;
@@ -164,6 +186,7 @@ class Tuner {
   at::Tensor reference_;
   size_t listed_ = 0;  // configurations the heuristics offered that the rules allow
   size_t knob_configs_ = 0;
+  size_t probed_ = 0;  // the wide search's extras probed
   size_t retimed_batches_ = 0;  // timed batches repeated because the host fell behind (time_interleaved)
   double pick_error_ = std::numeric_limits<double>::quiet_NaN();
   double stock_error_ = std::numeric_limits<double>::quiet_NaN();

@@ -1,5 +1,6 @@
 // The tuner's candidates: heuristics mode A's configurations under the rules,
-// in cuDNN's ranking; the first round's runners built in parallel threads
+// in cuDNN's ranking (for grouped convolutions also mode B's and the fallback
+// list's: the wide search); the first round's runners built in parallel threads
 // (runtime-compiled ones beyond stock's own only up to a budget); stock's
 // configuration found among them; and the queue that prepares every
 // configuration of tune() ahead.
@@ -16,6 +17,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <atomic>
+#include <map>
 #include <thread>
 
 namespace torch_cudnn_algo {
@@ -64,6 +66,9 @@ void build_into(const ConvKey& key, Prepared& p, const std::vector<size_t>& indi
 // built now, in list order, until stock's configuration is known.
 void find_stock_config(const ConvKey& key, Prepared& p, size_t threads) {
   for (size_t i = 0; i < p.candidates.size() && !p.stock_config; ++i) {
+    // Stock runs heuristics A's list, then the fallback list: never mode B's,
+    // and extras only behind the rest of A's.
+    if (p.candidates[i].extra || p.candidates[i].source == "heuristics_b") continue;
     if (p.candidates[i].deferred) build_into(key, p, {i}, threads);
     if (p.candidates[i].runnable()) {
       p.stock_config = i;
@@ -120,7 +125,7 @@ double build_runners(const ConvKey& key, std::vector<Candidate>& candidates, con
       const auto build_started = Clock::now();
       try {
         bool created = false;
-        c.runner = get_graph_runner(key, c.name, &created, plan_execution_plans(), c.rtc);
+        c.runner = get_graph_runner(key, c.name, &created, plan_execution_plans(), c.rtc, c.default_knobs);
         c.cached = !created;
       } catch (const std::exception&) {
         c.runner = nullptr;  // cuDNN cannot build it: not a candidate
@@ -148,13 +153,27 @@ std::vector<size_t> index_range(size_t first, size_t end) {
 Prepared prepare(const ConvKey& key, size_t threads) {
   Prepared p;
   const auto started = Clock::now();
-  for (const auto& listed : heuristic_engine_candidates(key)) {
+  const WideSearch wide = wide_search(key);
+  const auto listing = heuristic_engine_candidates(key, /*with_mode_b=*/wide == WideSearch::kFallbackAndModeB);
+  std::map<int64_t, int> entries_of_engine;
+  for (const auto& listed : listing) {
+    if (const auto tag = parse_engine_tag(listed.name)) ++entries_of_engine[tag->engine];
+  }
+  for (const auto& listed : listing) {
     if (!listed.refusal.empty()) continue;  // the determinism / TF32 rules
     const auto name = parse_engine_name(listed.name).canonical;
     if (!p.known.insert(name).second) continue;
     Candidate c;
     c.name = name;
     c.rank = static_cast<int>(p.candidates.size());
+    c.source = listed.source;
+    c.builds_from_name = listed.builds_from_name;
+    if (!c.builds_from_name && listed.source == std::string("fallback")) {
+      // The fallback list's bare entry is the engine at cuDNN's default knobs,
+      // and what the bare name means when no other entry lists the engine.
+      const auto tag = parse_engine_tag(listed.name);
+      c.default_knobs = c.builds_from_name = tag && entries_of_engine[tag->engine] == 1;
+    }
     c.rtc = std::find(listed.behavior_notes.begin(), listed.behavior_notes.end(),
                       "RUNTIME_COMPILATION") != listed.behavior_notes.end();
     p.candidates.push_back(std::move(c));
@@ -163,10 +182,25 @@ Prepared prepare(const ConvKey& key, size_t threads) {
   p.listed = p.candidates.size();
   // Heuristics A's ranking decides what the first round times; the rest of the
   // list (lower-ranked A entries, fallback) is built only if the first ones fail.
+  // A wide search adds mode B's and the fallback list's precompiled
+  // configurations that are still worth a probe (extras).
   const size_t round = first_round_candidates(key);
   const size_t considered = std::min(round, p.candidates.size());
-  std::vector<Candidate> rest(p.candidates.begin() + considered, p.candidates.end());
-  p.candidates.resize(considered);
+  std::vector<Candidate> first, rest;
+  for (size_t i = 0; i < p.candidates.size(); ++i) {
+    Candidate& c = p.candidates[i];
+    // Extras are precompiled and build from their name: a runtime compilation
+    // or a heuristics query (serialised in the process when it includes mode
+    // B) per extra would cost more than the probes.
+    if (i >= considered && wide != WideSearch::kOff && c.source != "heuristics_a" && !c.rtc &&
+        c.builds_from_name && worth_probing(key, c.name)) {
+      c.extra = true;
+      first.push_back(std::move(c));
+    } else {
+      (i < considered ? first : rest).push_back(std::move(c));
+    }
+  }
+  p.candidates = std::move(first);
   // Precompiled configurations are cheap to build; runtime-compiled ones are
   // not: the first entry (stock's configuration, unless it fails to build) and
   // the best-ranked others up to the budget. The rest are deferred.

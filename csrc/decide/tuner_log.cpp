@@ -79,6 +79,7 @@ void Tuner::record(const Candidate* pick, size_t timed) {
   entry["candidates"] = listed_;
   entry["timed"] = timed;
   entry["knob_configs"] = knob_configs_;
+  entry["probed"] = probed_;
   entry["retimed_batches"] = retimed_batches_;
   entry["seconds"] = json_number(seconds);
   entry["workspace"] = pick ? Json(pick->runner->workspace_bytes) : Json(nullptr);
@@ -117,6 +118,10 @@ void Tuner::record(const Candidate* pick, size_t timed) {
     Json config;
     config["config"] = one_line(c.name);
     config["rank"] = c.rank;
+    config["source"] = c.source;
+    config["extra"] = c.extra;
+    config["probe"] = c.probe == Candidate::Probe::kNone ? Json(nullptr)
+                      : Json(c.probe == Candidate::Probe::kNear ? "near" : "far");
     config["rtc"] = c.rtc;
     config["build_s"] = c.built ? json_number(c.build_s) : Json(nullptr);
     config["cached"] = c.cached;

@@ -11,13 +11,16 @@ namespace torch_cudnn_algo {
 namespace {
 
 // What cuDNN tells about one listed configuration before any plan is built.
-EngineCandidate described_candidate(const ConvKey& key, const ConvGraph& graph, const Listed& listed) {
+EngineCandidate described_candidate(const ConvKey& key, ConvGraph& graph, const Listed& listed) {
   EngineCandidate candidate;
   candidate.name = listed.name;
   candidate.source = listed.source;
   candidate.numerical_notes = graph.numerical_notes_at(listed.index);
   candidate.behavior_notes = graph.behavior_notes_at(listed.index);
   candidate.refusal = precision_refusal(key, candidate.numerical_notes);
+  if (const auto tag = parse_engine_tag(listed.name)) {
+    candidate.builds_from_name = !tag->bare || graph.knob_count(tag->engine) == 0;
+  }
   return candidate;
 }
 
@@ -47,10 +50,10 @@ std::vector<EngineCandidate> list_engine_candidates(const ConvKey& key) {
   return candidates;
 }
 
-std::vector<EngineCandidate> heuristic_engine_candidates(const ConvKey& key) {
+std::vector<EngineCandidate> heuristic_engine_candidates(const ConvKey& key, bool with_mode_b) {
   auto graph = make_graph(key, current_cudnn_handle());
   std::vector<EngineCandidate> candidates;
-  for (const auto& listed : enumerate(*graph, /*with_mode_b=*/false)) {
+  for (const auto& listed : enumerate(*graph, with_mode_b)) {
     candidates.push_back(described_candidate(key, *graph, listed));
   }
   return candidates;

@@ -21,6 +21,10 @@ struct EngineCandidate {
   std::string knob_space;       // the engine's tunable knobs: "k2=0..3 k13=0..1"
   // Why the configuration would be refused here (precision/determinism rules), or "".
   std::string refusal;
+  // Whether its name alone builds it, with no heuristics query: false for a
+  // bare name of an engine with knobs (the fallback list's, for instance),
+  // which names the knobs the heuristics rank first.
+  bool builds_from_name = true;
 };
 
 // Every configuration cuDNN's heuristics (modes A, B) and fallback list offer
@@ -29,10 +33,11 @@ struct EngineCandidate {
 std::vector<EngineCandidate> list_engine_candidates(const ConvKey& key);
 
 // What the "fastest" tuner starts from: heuristics mode A's configurations in
-// its ranking order, then the fallback list, deduplicated; notes and the rules'
-// refusal filled in, no plan built (workspace stays -1). Mode B is left out: its
-// query costs more than the plans it would add are worth here.
-std::vector<EngineCandidate> heuristic_engine_candidates(const ConvKey& key);
+// its ranking order, then (with_mode_b) mode B's, then the fallback list,
+// deduplicated; notes and the rules' refusal filled in, no plan built
+// (workspace stays -1). Mode B only where asked: its query costs more than
+// the plans it adds are worth on most convolutions.
+std::vector<EngineCandidate> heuristic_engine_candidates(const ConvKey& key, bool with_mode_b = false);
 
 // One tunable knob of an engine: values min, min + step, ..., max.
 struct KnobRange {

@@ -68,9 +68,11 @@ RunnerCache<GraphKey, GraphKeyHash>& graph_runner_cache() {
 }  // namespace
 
 std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::string& engine, bool* created,
-                                               const SerializedExecutionPlanSource& plan, bool runtime_compiled) {
+                                               const SerializedExecutionPlanSource& plan, bool runtime_compiled,
+                                               bool default_knobs) {
   return graph_runner_cache().get(GraphKey{key, engine}, created, [&] {
-    const EngineName wanted = parse_engine_name(engine);
+    EngineName wanted = parse_engine_name(engine);
+    if (default_knobs) wanted.bare = false;  // exact: the engine with no knob set
     if (auto runner = runner_from_serialized_plan(key, wanted, plan)) return runner;
     if (runtime_compiled) return runtime_compiled_graph_runner(key, wanted);
     const auto started = std::chrono::steady_clock::now();

@@ -24,10 +24,12 @@ namespace torch_cudnn_algo {
 // `runtime_compiled` configuration (cuDNN's RUNTIME_COMPILATION note) is loaded
 // from the execution plan cache when an earlier process saved it, else may be
 // built by a compile worker while tune() runs, and is then saved (see
-// execution_plan_cache.h and compile_workers.h).
+// execution_plan_cache.h and compile_workers.h). `default_knobs`: a bare name
+// of an engine with knobs is built at cuDNN's default knob values (as the
+// fallback list offers it) instead of the knobs the heuristics rank first.
 std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::string& engine, bool* created,
                                                const SerializedExecutionPlanSource& plan,
-                                               bool runtime_compiled = false);
+                                               bool runtime_compiled = false, bool default_knobs = false);
 
 void clear_graph_runners();
 size_t graph_runner_count();
