@@ -478,12 +478,15 @@ def tune_forms(forms, direction):
 @pytest.mark.parametrize("direction", list(DIRECTIONS))
 def test_wide_search_probes_the_fallback_list_on_grouped_convolutions(direction):
     """By default grouped convolutions that are not depthwise also try the fallback list's
-    precompiled configurations, each probed once first; heuristics B stays unasked."""
+    configurations (runtime-compiled ones within the compile budget), each probed once first;
+    heuristics B stays unasked."""
     before = torch_cudnn_algo.execution_plan_counts()
     for _, entry in tune_forms(GROUPED_FORMS, direction):
         extras = [c for c in entry["configs"] if c["extra"]]
         assert extras and {c["source"] for c in extras} == {"fallback"}, entry
-        assert all(not c["rtc"] for c in extras), entry
+        # One runtime compilation beyond stock's configuration, A's first round's or an extra's.
+        first_round = [c for c in entry["configs"] if c["rank"] >= 0 and c["config"] != entry["stock_config"]]
+        assert sum(c["rtc"] and c["build_s"] is not None for c in first_round) <= 1, entry
         assert "heuristics_b" not in {c["source"] for c in entry["configs"]}, entry
     # Extras build from their names: no heuristics query.
     assert torch_cudnn_algo.execution_plan_counts()["built_by_heuristics"] == before["built_by_heuristics"]

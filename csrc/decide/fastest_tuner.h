@@ -4,8 +4,8 @@
 //
 // Candidates are heuristics mode A's first configurations in cuDNN's own
 // ranking (4 of them; stock's benchmark mode times the first ten of the same
-// list; 10 for grouped convolutions, which the fallback list's precompiled
-// configurations join, each probed once first: the wide search,
+// list; 10 for grouped convolutions, which the fallback list's configurations
+// join, each probed once first: the wide search,
 // tuner_wide_search.cpp), runtime-compiled ones beyond stock's own only up to a budget (their
 // build compiles a kernel); stock's own configuration (A's first usable one,
 // what stock runs without benchmark mode) is always among them. Each runner is

@@ -98,7 +98,7 @@ struct Prepared {
 };
 
 // How wide key's tuning searches: besides heuristics A's first round, the
-// precompiled configurations of the fallback list (grouped convolutions that
+// configurations of the fallback list (grouped convolutions that
 // are not depthwise), and with TORCH_CUDNN_ALGO_TUNE_WIDE=2 also heuristics
 // B's (every grouped convolution), each probed once; 0 turns it off.
 enum class WideSearch { kOff, kFallback, kFallbackAndModeB };

@@ -182,19 +182,28 @@ Prepared prepare(const ConvKey& key, size_t threads) {
   p.listed = p.candidates.size();
   // Heuristics A's ranking decides what the first round times; the rest of the
   // list (lower-ranked A entries, fallback) is built only if the first ones fail.
-  // A wide search adds mode B's and the fallback list's precompiled
-  // configurations that are still worth a probe (extras).
+  // A wide search adds the configurations of the fallback list (and mode B)
+  // that are still worth a probe (extras).
   const size_t round = first_round_candidates(key);
   const size_t considered = std::min(round, p.candidates.size());
+  const int64_t rtc_budget = rtc_candidates();
+  // Runtime-compiled entries of A's first round beyond stock's (the first) take
+  // the compile budget first; extras get what is left, in list order.
+  int64_t rtc_left = rtc_budget;
+  for (size_t i = 1; i < considered; ++i) rtc_left -= p.candidates[i].rtc;
   std::vector<Candidate> first, rest;
   for (size_t i = 0; i < p.candidates.size(); ++i) {
     Candidate& c = p.candidates[i];
-    // Extras are precompiled and build from their name: a runtime compilation
-    // or a heuristics query (serialised in the process when it includes mode
-    // B) per extra would cost more than the probes.
-    if (i >= considered && wide != WideSearch::kOff && c.source != "heuristics_a" && !c.rtc &&
+    // Extras build from their name: a heuristics query per extra (serialised
+    // in the process when it includes mode B) would cost more than the probes.
+    // A runtime-compiled one is an extra only within the compile budget (the
+    // whole-list run that found eng70/eng71 winning built one runtime-compiled
+    // configuration per convolution the same way).
+    const bool compile_allowed = !c.rtc || rtc_budget < 0 || rtc_left > 0;
+    if (i >= considered && wide != WideSearch::kOff && c.source != "heuristics_a" && compile_allowed &&
         c.builds_from_name && worth_probing(key, c.name)) {
       c.extra = true;
+      rtc_left -= c.rtc;
       first.push_back(std::move(c));
     } else {
       (i < considered ? first : rest).push_back(std::move(c));
@@ -204,7 +213,6 @@ Prepared prepare(const ConvKey& key, size_t threads) {
   // Precompiled configurations are cheap to build; runtime-compiled ones are
   // not: the first entry (stock's configuration, unless it fails to build) and
   // the best-ranked others up to the budget. The rest are deferred.
-  const int64_t rtc_budget = rtc_candidates();
   int64_t rtc_taken = 0;
   std::vector<size_t> first_builds;
   for (size_t i = 0; i < p.candidates.size(); ++i) {
