@@ -41,6 +41,7 @@ constexpr double kMinGain = 0.01;
 struct Candidate {
   std::string name;  // canonical engine configuration name
   bool rtc = false;  // cuDNN's RUNTIME_COMPILATION behaviour note: the build compiles a kernel
+  bool kernel = false;  // one of our own kernels ("tca.direct"): nothing to build, never stock's
   int rank = -1;     // position in the heuristics' list; -1 for a knob-search configuration
   std::shared_ptr<const Runner> runner;  // null until built, or when cuDNN cannot build it
   std::vector<double> samples_ms;  // GPU time per call

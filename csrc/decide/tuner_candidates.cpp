@@ -10,6 +10,7 @@
 #include "base/work_queue.h"
 #include "decide/plan.h"
 #include "run/engine_enumeration.h"
+#include "run/direct_runner.h"
 #include "run/engine_name.h"
 #include "run/graph_runner.h"
 
@@ -64,6 +65,7 @@ void build_into(const ConvKey& key, Prepared& p, const std::vector<size_t>& indi
 // built now, in list order, until stock's configuration is known.
 void find_stock_config(const ConvKey& key, Prepared& p, size_t threads) {
   for (size_t i = 0; i < p.candidates.size() && !p.stock_config; ++i) {
+    if (p.candidates[i].kernel) continue;  // ours: never what stock runs
     if (p.candidates[i].deferred) build_into(key, p, {i}, threads);
     if (p.candidates[i].runnable()) {
       p.stock_config = i;
@@ -120,7 +122,8 @@ double build_runners(const ConvKey& key, std::vector<Candidate>& candidates, con
       const auto build_started = Clock::now();
       try {
         bool created = false;
-        c.runner = get_graph_runner(key, c.name, &created, plan_execution_plans(), c.rtc);
+        c.runner = c.kernel ? get_direct_runner(key, &created)
+                            : get_graph_runner(key, c.name, &created, plan_execution_plans(), c.rtc);
         c.cached = !created;
       } catch (const std::exception&) {
         c.runner = nullptr;  // cuDNN cannot build it: not a candidate
@@ -183,6 +186,16 @@ Prepared prepare(const ConvKey& key, size_t threads) {
       ++rtc_taken;
     }
     first_builds.push_back(i);
+  }
+  // Our own kernels, where this build has them: timed beside cuDNN's under the
+  // same rules (a refusing runner is simply not a candidate).
+  if (own_kernels_built()) {
+    Candidate c;
+    c.name = kDirectKernelName;
+    c.rank = static_cast<int>(p.listed);
+    c.kernel = true;
+    first_builds.push_back(p.candidates.size());
+    p.candidates.push_back(std::move(c));
   }
   build_into(key, p, first_builds, threads);
   find_stock_config(key, p, threads);
