@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_cudnn_algo
-from conv_cases import ConvForm, memory_format, reaches_cudnn, reference, reference_grads
+from conv_cases import ConvForm, memory_format, reaches_cudnn, reference, reference_grads, relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -195,3 +195,29 @@ def test_a_build_without_them_refuses_naming_the_build_option() -> None:
             F.conv2d(x, w, padding=1, groups=8)
     assert not [c for c in torch_cudnn_algo.list_algorithms("conv2d 2x8x6x6 -> 8x3x3 s1 p1 g8 fp16 fwd")
                 if c.kind == "kernel"]
+
+
+@own_kernels
+def test_the_tuner_times_them_beside_cudnn_and_a_pick_of_ours_runs_as_planned() -> None:
+    # RegNetY's grouped 3x3 with 24 channels per group, where the tensor-core kernel applies.
+    conv = torch.nn.Conv2d(120, 120, 3, padding=1, groups=5, bias=False).cuda().half()
+    conv = conv.to(memory_format=torch.channels_last)
+    x = torch.randn(16, 120, 28, 28, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    plan = torch_cudnn_algo.tune(conv, x.detach().requires_grad_(), progress=False)  # all three directions
+    log = torch_cudnn_algo.tuning_log()
+    assert sorted(entry["direction"] for entry in log) == ["bwd_data", "bwd_filter", "fwd"]
+    for entry in log:
+        ours = [c for c in entry["configs"] if c["config"] == "tca.direct"]
+        assert len(ours) == 1 and ours[0]["runnable"] and ours[0]["ms"] is not None, entry
+        assert entry["stock_config"] != "tca.direct"
+    case = ConvForm("regnety g5", (16, 120, 28, 28), (120, 24, 3, 3), padding=1, groups=5)
+    xg = x.detach().clone().requires_grad_()
+    with torch_cudnn_algo.use_plan(plan):
+        out = conv(xg)
+        grad = torch.randn_like(out)
+        out.backward(grad)
+        runs = torch_cudnn_algo.plan_entry_run_counts()
+    assert sum(runs.values()) >= 3, runs
+    assert relative_error(out, reference(case, x, conv.weight)) < 1e-2
+    gx, gw = reference_grads(case, x, conv.weight, grad)
+    assert relative_error(xg.grad, gx) < 1e-2 and relative_error(conv.weight.grad, gw) < 1e-2

@@ -115,7 +115,7 @@ def assert_breakdown(entry):
     assert 0 <= entry["retimed_batches"] <= 2 * batches + 2 * entry["knob_configs"], entry
     probed = [c for c in configs if c["probe"] is not None]
     assert entry["probed"] == len(probed) and all(c["extra"] and c["ms"] is not None for c in probed), entry
-    assert all(c["source"] in ("heuristics_a", "heuristics_b", "fallback") for c in configs if c["rank"] >= 0)
+    assert all(c["source"] in ("heuristics_a", "heuristics_b", "fallback", "kernel") for c in configs if c["rank"] >= 0)
     tried = [c for c in configs if c["build_s"] is not None]
     built = [c for c in tried if not c["cached"]]
     assert entry["built"] == len(built) and entry["built_rtc"] == sum(c["rtc"] for c in built)

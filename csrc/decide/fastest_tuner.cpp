@@ -194,7 +194,7 @@ std::shared_ptr<const Choice> Tuner::run() {
   record(pick, timed.size() + knob_configs_);
   if (pick == nullptr) return nullptr;
   auto choice = std::make_shared<Choice>();
-  choice->engine = pick->name;
+  (pick->kernel ? choice->kernel : choice->engine) = pick->name;
   return choice;
 }
 

@@ -46,6 +46,7 @@ struct Candidate {
   // the heuristics' first-ranked ones: a fallback entry whose engine no other
   // entry lists, where both are the same configuration.
   bool default_knobs = false;
+  bool kernel = false;  // one of our own kernels ("tca.direct"): nothing to build, never stock's
   int rank = -1;     // position in the heuristics' list; -1 for a knob-search configuration
   std::string source;  // the list cuDNN offered it in: "heuristics_a", "heuristics_b" or "fallback"
   bool extra = false;  // the wide search's (see wide_search): probed once before it is timed further

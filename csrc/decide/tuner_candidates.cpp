@@ -11,6 +11,7 @@
 #include "base/work_queue.h"
 #include "decide/plan.h"
 #include "run/engine_enumeration.h"
+#include "run/direct_runner.h"
 #include "run/engine_name.h"
 #include "run/graph_runner.h"
 
@@ -67,8 +68,9 @@ void build_into(const ConvKey& key, Prepared& p, const std::vector<size_t>& indi
 void find_stock_config(const ConvKey& key, Prepared& p, size_t threads) {
   for (size_t i = 0; i < p.candidates.size() && !p.stock_config; ++i) {
     // Stock runs heuristics A's list, then the fallback list: never mode B's,
-    // and extras only behind the rest of A's.
-    if (p.candidates[i].extra || p.candidates[i].source == "heuristics_b") continue;
+    // extras only behind the rest of A's, and never our own kernels.
+    const Candidate& c = p.candidates[i];
+    if (c.extra || c.kernel || c.source == "heuristics_b") continue;
     if (p.candidates[i].deferred) build_into(key, p, {i}, threads);
     if (p.candidates[i].runnable()) {
       p.stock_config = i;
@@ -125,7 +127,8 @@ double build_runners(const ConvKey& key, std::vector<Candidate>& candidates, con
       const auto build_started = Clock::now();
       try {
         bool created = false;
-        c.runner = get_graph_runner(key, c.name, &created, plan_execution_plans(), c.rtc, c.default_knobs);
+        c.runner = c.kernel ? get_direct_runner(key, &created)
+                            : get_graph_runner(key, c.name, &created, plan_execution_plans(), c.rtc, c.default_knobs);
         c.cached = !created;
       } catch (const std::exception&) {
         c.runner = nullptr;  // cuDNN cannot build it: not a candidate
@@ -225,6 +228,17 @@ Prepared prepare(const ConvKey& key, size_t threads) {
       ++rtc_taken;
     }
     first_builds.push_back(i);
+  }
+  // Our own kernels, where this build has them: timed beside cuDNN's under the
+  // same rules (a refusing runner is simply not a candidate).
+  if (own_kernels_built()) {
+    Candidate c;
+    c.name = kDirectKernelName;
+    c.rank = static_cast<int>(p.listed);
+    c.source = "kernel";
+    c.kernel = true;
+    first_builds.push_back(p.candidates.size());
+    p.candidates.push_back(std::move(c));
   }
   build_into(key, p, first_builds, threads);
   find_stock_config(key, p, threads);

@@ -11,7 +11,12 @@
 //   weight elements into a per-slice partial;
 // - finish: adds the partials of each weight element in slice order, so the
 //   result is the same on every run (deterministic).
+// Grouped convolutions of 8 to 64 channels a group (fp16/bf16, NHWC) run
+// instead as tensor-core GEMMs where they can: grouped_mma.cu.
 #include "kernels/direct_conv.h"
+
+#include "kernels/direct_common.h"
+#include "kernels/grouped_mma.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -91,22 +96,6 @@ __device__ __forceinline__ Index weight_base(const Geometry<Index>& g, Index d) 
 template <bool Backward, typename Index>
 __device__ __forceinline__ Index weight_ci_step(const Geometry<Index>& g) {
   return Backward ? g.ws0 : g.ws1;
-}
-
-// Source row (or column) feeding destination row y through tap r, or -1.
-// Forward: y*stride - pad + r*dilation. Backward data: the dy row whose
-// forward tap r lands on y, when the stride divides.
-template <bool Backward, typename Index>
-__device__ __forceinline__ Index source_index(Index y, Index r, Index stride, Index pad,
-                                                Index dilation, Index extent) {
-  if (Backward) {
-    const Index t = y + pad - r * dilation;
-    if (t < 0 || t % stride != 0) return -1;
-    const Index i = t / stride;
-    return i < extent ? i : -1;
-  }
-  const Index i = y * stride - pad + r * dilation;
-  return (i >= 0 && i < extent) ? i : -1;
 }
 
 // Calls body(r, s, sy, sx) for every tap (r, s) of destination pixel (y, x)
@@ -504,6 +493,11 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, co
     finish_filter<T, Index><<<blocks, kThreads, 0, stream>>>(g, partial, static_cast<Index>(l.slices), to);
     return cudaGetLastError();
   }
+  // Groups of 8 to 64 channels are GEMMs: on tensor cores (grouped_mma.cu)
+  // where the GPU, dtype and alignment allow, instead of summed on CUDA cores.
+  if (grouped_mma_applies(s, dtype_of<T>(), direction, aligned))
+    return static_cast<cudaError_t>(launch_grouped_mma(s, dtype_of<T>(), direction, sizeof(Index) == 8, sm_count,
+                                                       a, b, out, stream));
   const GatherLaunch l = gather_launch(s, dtype_of<T>(), direction, vec, sm_count);
   const bool backward = direction == DirectDirection::kBackwardData;
   if (!s.channels_last) {
