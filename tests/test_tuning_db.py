@@ -308,10 +308,15 @@ def test_db_command_lists_and_clears(db, capsys):
     out = capsys.readouterr().out
     assert f"tuning database {db}: 1 entries" in out
     assert "execution_plan  eng5" in out and "node7" in out and "conv2d 8x64x1x56 -> 64x1x3" in out
+    save("d", kind="decision", pick="eng9_k2=1", pick_ms=0.0123, stock_config_ms=0.0456)
+    save("d2", kind="decision", pick=None, pick_ms=0.05, stock_config_ms=0.05)
     assert cli.main(["db", "list", "--kind", "decision"]) == 0
-    assert "0 entries" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 entries" in out and "eng9_k2=1" in out and "0.0123  0.0456" in out and "stock's path" in out
+    assert cli.main(["db", "list", "--kind", "execution_plan"]) == 0
+    assert "1 entries" in capsys.readouterr().out
     assert cli.main(["db", "clear"]) == 0
-    assert f"removed 1 entries from {db}" in capsys.readouterr().out
+    assert f"removed 3 entries from {db}" in capsys.readouterr().out
     assert _db.tuning_db_entries() == []
 
 
@@ -319,3 +324,55 @@ def test_db_command_when_the_database_is_off(monkeypatch, capsys):
     monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", "0")
     assert cli.main(["db"]) == 0
     assert "the tuning database is off" in capsys.readouterr().out
+
+
+# -- one tuning per node ---------------------------------------------------------------------------
+
+CLAIMER = textwrap.dedent("""
+    import json, sys, time, torch_cudnn_algo
+    from torch_cudnn_algo import _ops
+    print("ready", flush=True)
+    sys.stdin.readline()  # every process starts claiming at once
+    started = time.monotonic()
+    owned, waited = _ops.tuning_db_claim_for("decision", "one key", int(sys.argv[1]), int(sys.argv[2]))
+    print(json.dumps({"owned": owned, "waited": waited, "s": time.monotonic() - started}), flush=True)
+""")
+
+
+def claim_at_once(count: int, wait_ms: int, hold_ms: int) -> list[dict]:
+    processes = [subprocess.Popen([sys.executable, "-c", CLAIMER, str(wait_ms), str(hold_ms)], env=os.environ.copy(),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(count)]
+    for process in processes:
+        assert process.stdout.readline().strip() == "ready"
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    results = [json.loads(process.stdout.readline()) for process in processes]
+    assert all(process.wait() == 0 for process in processes)
+    return results
+
+
+def test_processes_of_a_node_meeting_one_key_at_once_take_turns(db):
+    results = claim_at_once(3, wait_ms=10_000, hold_ms=400)
+    assert all(result["owned"] for result in results)
+    # One went first without waiting; the others waited for it (and for each other).
+    assert sorted(result["waited"] for result in results) == [False, True, True], results
+    assert max(result["s"] for result in results) >= 0.8  # three holds of 0.4 s, one after the other
+
+
+def test_a_claim_not_given_within_the_wait_is_not_owned(db):
+    results = claim_at_once(2, wait_ms=100, hold_ms=1500)
+    assert sorted((result["owned"], result["waited"]) for result in results) == [(False, True), (True, False)], results
+
+
+def test_a_claim_of_a_killed_process_is_released(db):
+    holder = subprocess.Popen([sys.executable, "-c", CLAIMER, "0", "60000"], env=os.environ.copy(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    holder.stdin.write("go\n")
+    holder.stdin.flush()
+    time.sleep(1.0)  # it holds the claim now
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    owned, waited = _ops.tuning_db_claim_for("decision", "one key", 2000, 0)
+    assert owned

@@ -6,7 +6,9 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace torch_cudnn_algo {
 namespace {
@@ -68,6 +70,19 @@ int64_t tuning_db_remove_op(const std::vector<std::string>& paths) {
   return db_remove(paths);
 }
 
+// Claims `key` on this node (DbClaim), holds the claim `hold_ms`, releases it;
+// returns (owned, waited): how a process meeting a configuration another
+// process of the node is tuning behaves, without a GPU.
+std::tuple<bool, bool> tuning_db_claim_for(const std::string& kind, const std::string& key, int64_t wait_ms,
+                                           int64_t hold_ms) {
+  const DbKind parsed = kind_argument(kind);
+  TORCH_CHECK_VALUE(wait_ms >= 0 && hold_ms >= 0, "torch_cudnn_algo: wait_ms and hold_ms must be >= 0, got ",
+                    wait_ms, " and ", hold_ms);
+  const DbClaim claim(parsed, key, std::chrono::milliseconds(wait_ms));
+  if (claim.owned()) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  return {claim.owned(), claim.waited()};
+}
+
 c10::Dict<std::string, int64_t> tuning_db_counts_op() {
   const auto c = db_counts();
   return counts_dict({{"loaded", c.loaded}, {"saved", c.saved}, {"rejected", c.rejected},
@@ -85,6 +100,7 @@ TORCH_LIBRARY_FRAGMENT(torch_cudnn_algo, m) {
   m.def("tuning_db_remove(str[] paths) -> int", &tuning_db_remove_op);
   m.def("tuning_db_clear() -> int", &db_clear);
   m.def("tuning_db_counts() -> Dict(str, int)", &tuning_db_counts_op);
+  m.def("tuning_db_claim_for(str kind, str key, int wait_ms, int hold_ms) -> (bool, bool)", &tuning_db_claim_for);
 }
 
 }  // namespace torch_cudnn_algo

@@ -140,11 +140,19 @@ def _db(args: argparse.Namespace) -> int:
     total = sum(entry.bytes for entry in entries)
     print(f"tuning database {directory}: {len(entries)} entries, {total / 2**20:.1f} MiB "
           f"(bound {_db.tuning_db_max_bytes() / 2**20:.0f} MiB, TORCH_CUDNN_ALGO_DB_MAX_MB)")
-    rows = [("kind", "choice", "saved", "host", "KiB", "configuration")]
+    def ms(value: object) -> str:
+        return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+    rows = [("kind", "choice", "ms", "stock ms", "saved", "host", "KiB", "configuration")]
     for entry in sorted(entries, key=lambda e: (e.kind, str(e.configuration))):
-        choice = entry.header.get("choice", entry.header.get("engine"))
-        rows.append((entry.kind, "stock" if choice is None else str(choice), entry.saved or "-", entry.host or "-",
-                     f"{entry.bytes / 1024:.1f}", str(entry.configuration or "(unreadable)")))
+        if entry.kind == "decision":
+            pick = entry.header.get("pick")
+            choice = "stock's path" if pick is None else str(pick)
+        else:
+            choice = str(entry.header.get("engine", "-"))
+        rows.append((entry.kind, choice, ms(entry.header.get("pick_ms")), ms(entry.header.get("stock_config_ms")),
+                     entry.saved or "-", entry.host or "-", f"{entry.bytes / 1024:.1f}",
+                     str(entry.configuration or "(unreadable)")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
