@@ -1,6 +1,8 @@
-// The operators of the tuning database (store/tuning_db.h): where it is, its
-// entries, and what the `db` command and tests do with them. No GPU needed.
+// The operators of the tuning database (store/tuning_db.h,
+// decide/kept_decisions.h): where it is, its entries, merging another one, and
+// what the `db` command and tests do with them. No GPU needed.
 #include "control/op_values.h"
+#include "decide/kept_decisions.h"
 #include "store/tuning_db.h"
 
 #include <ATen/ops/empty.h>
@@ -83,6 +85,18 @@ std::tuple<bool, bool> tuning_db_claim_for(const std::string& kind, const std::s
   return {claim.owned(), claim.waited()};
 }
 
+// Merges another tuning database into this one: {"added", "replaced", "kept",
+// "conflicts": [each conflict's JSON object as text]}.
+std::string tuning_db_merge_op(const std::string& from_dir) {
+  const MergeReport report = merge_tuning_db(from_dir);
+  Json out;
+  out["added"] = report.added;
+  out["replaced"] = report.replaced;
+  out["kept"] = report.kept;
+  out["conflicts"] = report.conflicts;
+  return dump(out);
+}
+
 c10::Dict<std::string, int64_t> tuning_db_counts_op() {
   const auto c = db_counts();
   return counts_dict({{"loaded", c.loaded}, {"saved", c.saved}, {"rejected", c.rejected},
@@ -100,6 +114,7 @@ TORCH_LIBRARY_FRAGMENT(torch_cudnn_algo, m) {
   m.def("tuning_db_remove(str[] paths) -> int", &tuning_db_remove_op);
   m.def("tuning_db_clear() -> int", &db_clear);
   m.def("tuning_db_counts() -> Dict(str, int)", &tuning_db_counts_op);
+  m.def("tuning_db_merge(str from_dir) -> str", &tuning_db_merge_op);
   m.def("tuning_db_claim_for(str kind, str key, int wait_ms, int hold_ms) -> (bool, bool)", &tuning_db_claim_for);
 }
 

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <sstream>
 
 namespace torch_cudnn_algo {
@@ -69,6 +70,7 @@ void keep_decision(const ConvKey& key, const std::shared_ptr<const Choice>& choi
   header["policy"] = "fastest";
   header["gpu"] = gpu_model_name(key.device);
   header["cudnn"] = static_cast<int64_t>(cudnnGetVersion());
+  header["cudnn_frontend"] = static_cast<int64_t>(CUDNN_FRONTEND_VERSION);
   header["torch"] = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
   header["saved"] = utc_now_iso();
   header["host"] = host_name();
@@ -126,6 +128,59 @@ std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, st
   keep_decision(key, choice, log_entry);
   if (entry != nullptr) *entry = std::move(log_entry);
   return choice;
+}
+
+MergeReport merge_tuning_db(const std::string& from_dir) {
+  const std::string here = tuning_db_dir();
+  TORCH_CHECK_VALUE(!here.empty(), "torch_cudnn_algo: the tuning database is off (TORCH_CUDNN_ALGO_DB=0): "
+                    "nothing to merge into");
+  std::error_code error;
+  TORCH_CHECK_VALUE(std::filesystem::is_directory(from_dir, error), "torch_cudnn_algo: '", from_dir,
+                    "' is not a directory; give the directory of another tuning database");
+  TORCH_CHECK_VALUE(!std::filesystem::equivalent(from_dir, here, error),
+                    "torch_cudnn_algo: '", from_dir, "' is this process's tuning database itself");
+  MergeReport report;
+  for (auto& incoming : db_scan(/*with_blobs=*/true, from_dir)) {
+    auto local = db_load(incoming.kind, incoming.entry.key);
+    if (!local) {
+      report.added += db_save(incoming.kind, incoming.entry) ? 1 : 0;
+      continue;
+    }
+    if (incoming.kind != DbKind::kDecision) {
+      ++report.kept;
+      continue;
+    }
+    const Json theirs = Json::parse(incoming.entry.header, nullptr, false);
+    const Json ours = Json::parse(local->header, nullptr, false);
+    const auto field = [](const Json& header, const char* name) {
+      return header.is_object() && header.contains(name) ? header[name] : Json();
+    };
+    if (field(theirs, "pick") == field(ours, "pick")) {
+      ++report.kept;
+      continue;
+    }
+    const Json their_ms = field(theirs, "pick_ms"), our_ms = field(ours, "pick_ms");
+    const bool timed = their_ms.is_number() && our_ms.is_number();
+    const bool theirs_win = timed ? their_ms.get<double>() < our_ms.get<double>()
+                                  : field(theirs, "saved").dump() > field(ours, "saved").dump();
+    if (theirs_win && db_save(DbKind::kDecision, incoming.entry)) {
+      ++report.replaced;
+    } else {
+      ++report.kept;
+    }
+    Json conflict;
+    conflict["configuration"] = field(ours, "configuration");
+    conflict["gpu"] = field(ours, "gpu");
+    for (const auto& [side, header] : {std::pair<const char*, const Json*>{"here", &ours}, {"merged", &theirs}}) {
+      Json about;
+      for (const char* name : {"pick", "pick_ms", "stock_config_ms", "saved", "host"}) about[name] = field(*header, name);
+      conflict[side] = std::move(about);
+    }
+    conflict["kept"] = theirs_win ? "merged" : "here";
+    conflict["by"] = timed ? "faster" : "newer";
+    report.conflicts.push_back(conflict.dump(-1, ' ', false, Json::error_handler_t::replace));
+  }
+  return report;
 }
 
 bool has_kept_decision(const ConvKey& key) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torch_cudnn_algo {
 
@@ -29,6 +30,24 @@ std::string decision_key(const ConvKey& key);
 // its recorded fields with "kept": true. nullptr: the stock path. Errors of
 // the tuner propagate; the database's never do.
 std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, std::string* entry = nullptr);
+
+// What merging another tuning database into this one did (merge_tuning_db).
+struct MergeReport {
+  int64_t added = 0;     // entries this database lacked
+  int64_t replaced = 0;  // decisions of this database that the other's beat
+  int64_t kept = 0;      // entries this database already held (the same, or better)
+  // Per configuration whose decisions differ, a JSON object: "configuration",
+  // "gpu", "here" and "merged" (each's pick, times, when, where), "kept"
+  // ("here" or "merged") and "by" ("faster" or "newer").
+  std::vector<std::string> conflicts;
+};
+
+// Merges the tuning database in `from_dir` into this process's: entries this
+// one lacks are added; where both hold a decision with different picks (a
+// conflict, reported), the faster pick as each measured it wins, the newer
+// if either has no time. Execution plans of the same key are the same plan:
+// this database's stays. Raises ValueError when `from_dir` is this database.
+MergeReport merge_tuning_db(const std::string& from_dir);
 
 // Whether the database holds a decision for key under the settings in force
 // (nothing is built).

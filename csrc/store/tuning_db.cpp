@@ -290,9 +290,9 @@ bool db_save(DbKind kind, const DbEntry& entry) {
   return true;
 }
 
-std::vector<DbFile> db_scan(bool with_blobs) {
+std::vector<DbFile> db_scan(bool with_blobs, const std::string& scanned) {
   std::vector<DbFile> files;
-  const std::string dir = tuning_db_dir();
+  const std::string dir = scanned.empty() ? tuning_db_dir() : scanned;
   if (dir.empty()) return files;
   std::error_code error;
   for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {

@@ -64,10 +64,10 @@ struct DbFile {
   int64_t modified_ns = 0;  // last written or used, since the epoch
 };
 
-// Every whole entry in the directory; files that are not (torn, corrupt,
-// foreign, half-written aside) are skipped. With `with_blobs` false the blobs
-// are left empty (a listing needs none).
-std::vector<DbFile> db_scan(bool with_blobs);
+// Every whole entry in the directory (`dir`, or the database's when empty);
+// files that are not (torn, corrupt, foreign, half-written aside) are skipped.
+// With `with_blobs` false the blobs are left empty (a listing needs none).
+std::vector<DbFile> db_scan(bool with_blobs, const std::string& dir = "");
 
 // Removes the entry files among `paths` (files of the directory with an entry
 // suffix; anything else is left alone); returns how many it removed.

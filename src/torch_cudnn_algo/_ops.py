@@ -549,3 +549,10 @@ def tuning_db_claim_for(kind: str, key: str, wait_ms: int, hold_ms: int) -> tupl
     """Claims ``key`` on this node as a tuning does, holds it ``hold_ms``, releases it: (owned, waited)."""
     owned, waited = _lib().tuning_db_claim_for(kind, key, wait_ms, hold_ms)
     return bool(owned), bool(waited)
+
+
+def tuning_db_merge(from_dir: str) -> dict[str, Any]:
+    """Merges the tuning database in ``from_dir`` into this process's: added, replaced, kept, conflicts."""
+    report = json.loads(_lib().tuning_db_merge(from_dir))
+    report["conflicts"] = [json.loads(line) for line in report["conflicts"]]
+    return report
