@@ -366,7 +366,7 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
     def tune_afresh() -> tuple[dict, dict]:
         torch_cudnn_algo.clear_cache()  # this process forgets its plans, as a new one has none
         before = dict(ops.execution_plan_cache_counts())
-        torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False)
+        torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False, retune=True)
         (entry,) = torch_cudnn_algo.tuning_log()
         after = dict(ops.execution_plan_cache_counts())
         return entry, {name: after[name] - before[name] for name in after}

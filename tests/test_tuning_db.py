@@ -308,10 +308,15 @@ def test_db_command_lists_and_clears(db, capsys):
     out = capsys.readouterr().out
     assert f"tuning database {db}: 1 entries" in out
     assert "execution_plan  eng5" in out and "node7" in out and "conv2d 8x64x1x56 -> 64x1x3" in out
+    save("d", kind="decision", pick="eng9_k2=1", pick_ms=0.0123, stock_config_ms=0.0456)
+    save("d2", kind="decision", pick=None, pick_ms=0.05, stock_config_ms=0.05)
     assert cli.main(["db", "list", "--kind", "decision"]) == 0
-    assert "0 entries" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 entries" in out and "eng9_k2=1" in out and "0.0123  0.0456" in out and "stock's path" in out
+    assert cli.main(["db", "list", "--kind", "execution_plan"]) == 0
+    assert "1 entries" in capsys.readouterr().out
     assert cli.main(["db", "clear"]) == 0
-    assert f"removed 1 entries from {db}" in capsys.readouterr().out
+    assert f"removed 3 entries from {db}" in capsys.readouterr().out
     assert _db.tuning_db_entries() == []
 
 
@@ -319,3 +324,150 @@ def test_db_command_when_the_database_is_off(monkeypatch, capsys):
     monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", "0")
     assert cli.main(["db"]) == 0
     assert "the tuning database is off" in capsys.readouterr().out
+
+
+# -- one tuning per node ---------------------------------------------------------------------------
+
+CLAIMER = textwrap.dedent("""
+    import json, sys, time, torch_cudnn_algo
+    from torch_cudnn_algo import _ops
+    print("ready", flush=True)
+    sys.stdin.readline()  # every process starts claiming at once
+    started = time.monotonic()
+    owned, waited = _ops.tuning_db_claim_for("decision", "one key", int(sys.argv[1]), int(sys.argv[2]))
+    print(json.dumps({"owned": owned, "waited": waited, "s": time.monotonic() - started}), flush=True)
+""")
+
+
+def claim_at_once(count: int, wait_ms: int, hold_ms: int) -> list[dict]:
+    processes = [subprocess.Popen([sys.executable, "-c", CLAIMER, str(wait_ms), str(hold_ms)], env=os.environ.copy(),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(count)]
+    for process in processes:
+        assert process.stdout.readline().strip() == "ready"
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    results = [json.loads(process.stdout.readline()) for process in processes]
+    assert all(process.wait() == 0 for process in processes)
+    return results
+
+
+def test_processes_of_a_node_meeting_one_key_at_once_take_turns(db):
+    results = claim_at_once(3, wait_ms=10_000, hold_ms=400)
+    assert all(result["owned"] for result in results)
+    # One went first without waiting; the others waited for it (and for each other).
+    assert sorted(result["waited"] for result in results) == [False, True, True], results
+    assert max(result["s"] for result in results) >= 0.8  # three holds of 0.4 s, one after the other
+
+
+def test_a_claim_not_given_within_the_wait_is_not_owned(db):
+    results = claim_at_once(2, wait_ms=100, hold_ms=1500)
+    assert sorted((result["owned"], result["waited"]) for result in results) == [(False, True), (True, False)], results
+
+
+def test_a_claim_of_a_killed_process_is_released(db):
+    holder = subprocess.Popen([sys.executable, "-c", CLAIMER, "0", "60000"], env=os.environ.copy(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    holder.stdin.write("go\n")
+    holder.stdin.flush()
+    time.sleep(1.0)  # it holds the claim now
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    owned, waited = _ops.tuning_db_claim_for("decision", "one key", 2000, 0)
+    assert owned
+
+
+# -- moving it: merge another database, export a plan -------------------------------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def decision(key: str, pick: str | None, pick_ms: float | None, saved: str, host: str, gpu: str = H100,
+             configuration: dict | None = None, blob: bytes = b"") -> None:
+    fields = {"pick": pick, "pick_ms": pick_ms, "stock_config_ms": 0.05, "workspace": 1024, "gpu": gpu,
+              "cudnn": 91900, "cudnn_frontend": 13200, "torch": "2.11", "saved": saved, "host": host,
+              "configuration": configuration or CONFIGURATION}
+    assert _ops.tuning_db_save("decision", key, json.dumps(fields), blob)
+
+
+def test_merging_adds_what_is_missing_and_the_faster_pick_wins_a_conflict(monkeypatch, tmp_path):
+    here, there = tmp_path / "here", tmp_path / "there"
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(there))
+    decision("only there", "eng1", 0.02, "2026-11-20T00:00:00Z", "b")
+    decision("same pick", "eng2", 0.03, "2026-11-20T00:00:00Z", "b")
+    decision("faster there", "eng3", 0.01, "2026-11-01T00:00:00Z", "b")
+    decision("slower there", "eng4", 0.09, "2026-11-25T00:00:00Z", "b")
+    decision("untimed, newer there", "eng5", None, "2026-11-25T00:00:00Z", "b")
+    assert save("a plan there", b"theirs")
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(here))
+    decision("same pick", "eng2", 0.04, "2026-11-21T00:00:00Z", "a")
+    decision("faster there", "eng6", 0.02, "2026-11-21T00:00:00Z", "a")
+    decision("slower there", "eng7", 0.03, "2026-11-21T00:00:00Z", "a")
+    decision("untimed, newer there", "eng8", 0.01, "2026-11-21T00:00:00Z", "a")
+    assert save("a plan there", b"ours")
+
+    report = _db.merge_tuning_db(there)
+    assert (report.added, report.replaced, report.kept) == (1, 2, 3), report
+    picks = {key: json.loads(_ops.tuning_db_load("decision", key)[0])["pick"]
+             for key in ("only there", "same pick", "faster there", "slower there", "untimed, newer there")}
+    assert picks == {"only there": "eng1", "same pick": "eng2", "faster there": "eng3", "slower there": "eng7",
+                     "untimed, newer there": "eng5"}
+    assert _ops.tuning_db_load("execution_plan", "a plan there")[1] == b"ours"  # the same plan: ours stays
+    conflicts = {(c["here"]["pick"], c["merged"]["pick"]): (c["kept"], c["by"]) for c in report.conflicts}
+    assert conflicts == {("eng6", "eng3"): ("merged", "faster"), ("eng7", "eng4"): ("here", "faster"),
+                         ("eng8", "eng5"): ("merged", "newer")}
+
+
+def test_merging_refuses_itself_a_missing_directory_and_a_database_that_is_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "here"))
+    save("k", b"x")
+    with pytest.raises(ValueError, match="is this process's tuning database itself"):
+        _db.merge_tuning_db(tmp_path / "here")
+    with pytest.raises(ValueError, match="is not a directory"):
+        _db.merge_tuning_db(tmp_path / "nowhere")
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", "0")
+    with pytest.raises(ValueError, match="the tuning database is off"):
+        _db.merge_tuning_db(tmp_path)
+
+
+def test_exporting_makes_a_plan_of_one_gpus_decisions_with_their_execution_plans(db, tmp_path):
+    other = {**CONFIGURATION, "groups": 1, "weight": [64, 64, 1, 3]}
+    decision("a", "eng9_k2=1", 0.01, "2026-11-20T00:00:00Z", "a", blob=b"serialized plan")
+    decision("a, other rules", "eng10", 0.02, "2026-11-21T00:00:00Z", "a")  # same configuration, newer
+    decision("b", None, 0.05, "2026-11-20T00:00:00Z", "a", configuration=other)
+    decision("c", "eng11", 0.01, "2026-11-20T00:00:00Z", "a", gpu="NVIDIA H200")
+    with pytest.raises(ValueError, match="several GPU models"):
+        _db.export_plan()
+    plan = _db.export_plan(H100)
+    assert plan.gpu == H100 and plan.cudnn == 91900 and plan.policy == "fastest" and len(plan) == 2
+    first = plan["conv2d 8x64x1x56 -> 64x1x3 s1 p0x1 g64 fp16 contiguous fwd"]
+    assert first.choice == "eng10" and first.time_ms == 0.02 and first.stock_ms == 0.05 and first.workspace == 1024
+    stock = plan["conv2d 8x64x1x56 -> 64x1x3 s1 p0x1 fp16 contiguous fwd"]
+    assert stock.choice is None
+    # Saved and read back as any plan file; the execution plan travels with its pick.
+    torch_cudnn_algo.Plan.from_json(plan.to_json())
+    (h200,) = _db.export_plan("NVIDIA H200").entries.values()
+    assert h200.choice == "eng11"
+    _ops.tuning_db_remove([e.path for e in _db.tuning_db_entries() if e.key in ("a, other rules", "c")])
+    (only,) = [e for e in _db.export_plan().entries.values() if e.choice is not None]
+    assert only.choice == "eng9_k2=1" and only.execution_plan.data == b"serialized plan"
+    assert only.execution_plan.cudnn_frontend == 13200
+
+
+def test_db_command_imports_and_exports(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "there"))
+    decision("a", "eng1", 0.02, "2026-11-20T00:00:00Z", "node2")
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "here"))
+    decision("a", "eng2", 0.03, "2026-11-21T00:00:00Z", "node1")
+    assert cli.main(["db", "import", str(tmp_path / "there")]) == 0
+    out = capsys.readouterr().out
+    assert "0 added, 1 replaced, 0 kept, 1 conflicts" in out
+    assert "here eng2 (0.03 ms, node1), merged eng1 (0.02 ms, node2): kept merged (faster)" in out
+    assert cli.main(["db", "export", str(tmp_path / "plan.json")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    plan = torch_cudnn_algo.load_plan(tmp_path / "plan.json")
+    assert [entry.choice for entry in plan.entries.values()] == ["eng1"]
+    assert cli.main(["db", "import"]) == 2
+    assert "give the directory" in capsys.readouterr().err
+    assert cli.main(["db", "import", str(tmp_path / "nowhere")]) == 2

@@ -115,7 +115,9 @@ def measure(args: argparse.Namespace) -> None:
 
             def tune() -> None:
                 with trainer.autocast():
-                    torch_cudnn_algo.tune(trainer.model, trainer.inputs, loss_fn=loss_of, progress=False)
+                    # Every configuration tuned: none taken from the tuning database.
+                    torch_cudnn_algo.tune(trainer.model, trainer.inputs, loss_fn=loss_of, progress=False,
+                                          retune=True)
 
             record["tuning_s"] = round(seconds(tune), 3)
             if args.mode == "tune_first":

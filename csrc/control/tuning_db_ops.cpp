@@ -1,12 +1,16 @@
-// The operators of the tuning database (store/tuning_db.h): where it is, its
-// entries, and what the `db` command and tests do with them. No GPU needed.
+// The operators of the tuning database (store/tuning_db.h,
+// decide/kept_decisions.h): where it is, its entries, merging another one, and
+// what the `db` command and tests do with them. No GPU needed.
 #include "control/op_values.h"
+#include "decide/kept_decisions.h"
 #include "store/tuning_db.h"
 
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace torch_cudnn_algo {
 namespace {
@@ -68,6 +72,31 @@ int64_t tuning_db_remove_op(const std::vector<std::string>& paths) {
   return db_remove(paths);
 }
 
+// Claims `key` on this node (DbClaim), holds the claim `hold_ms`, releases it;
+// returns (owned, waited): how a process meeting a configuration another
+// process of the node is tuning behaves, without a GPU.
+std::tuple<bool, bool> tuning_db_claim_for(const std::string& kind, const std::string& key, int64_t wait_ms,
+                                           int64_t hold_ms) {
+  const DbKind parsed = kind_argument(kind);
+  TORCH_CHECK_VALUE(wait_ms >= 0 && hold_ms >= 0, "torch_cudnn_algo: wait_ms and hold_ms must be >= 0, got ",
+                    wait_ms, " and ", hold_ms);
+  const DbClaim claim(parsed, key, std::chrono::milliseconds(wait_ms));
+  if (claim.owned()) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  return {claim.owned(), claim.waited()};
+}
+
+// Merges another tuning database into this one: {"added", "replaced", "kept",
+// "conflicts": [each conflict's JSON object as text]}.
+std::string tuning_db_merge_op(const std::string& from_dir) {
+  const MergeReport report = merge_tuning_db(from_dir);
+  Json out;
+  out["added"] = report.added;
+  out["replaced"] = report.replaced;
+  out["kept"] = report.kept;
+  out["conflicts"] = report.conflicts;
+  return dump(out);
+}
+
 c10::Dict<std::string, int64_t> tuning_db_counts_op() {
   const auto c = db_counts();
   return counts_dict({{"loaded", c.loaded}, {"saved", c.saved}, {"rejected", c.rejected},
@@ -85,6 +114,8 @@ TORCH_LIBRARY_FRAGMENT(torch_cudnn_algo, m) {
   m.def("tuning_db_remove(str[] paths) -> int", &tuning_db_remove_op);
   m.def("tuning_db_clear() -> int", &db_clear);
   m.def("tuning_db_counts() -> Dict(str, int)", &tuning_db_counts_op);
+  m.def("tuning_db_merge(str from_dir) -> str", &tuning_db_merge_op);
+  m.def("tuning_db_claim_for(str kind, str key, int wait_ms, int hold_ms) -> (bool, bool)", &tuning_db_claim_for);
 }
 
 }  // namespace torch_cudnn_algo

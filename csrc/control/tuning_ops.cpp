@@ -1,10 +1,12 @@
-// The operators of tune(): the "fastest" tuner on one convolution, building
-// ahead, the tuning log, the compile workers and the execution plan cache.
+// The operators of tune(): the "fastest" decision on one convolution (kept in
+// the tuning database), building ahead, the tuning log, the compile workers
+// and the execution plan cache.
 #include "base/common.h"
 #include "base/python_bridge.h"
 #include "control/conv_argument.h"
 #include "control/op_values.h"
 #include "decide/fastest_tuner.h"
+#include "decide/kept_decisions.h"
 #include "decide/pins.h"
 #include "run/compile_workers.h"
 #include "store/execution_plan_cache.h"
@@ -20,10 +22,12 @@ std::vector<std::string> tuning_log_op() {
   return tuning_log_entries();
 }
 
-// Runs the "fastest" tuner on one convolution (the current CUDA device runs
-// it) and returns its tuning-log entry (JSON). The decision is not
-// remembered: tune() puts it in a plan.
-std::string tune_fastest_conv(const std::string& conv_json, bool deterministic, bool allow_tf32) {
+// Decides one convolution under "fastest" (the current CUDA device runs it):
+// the tuning database's decision unless `retune`, else the tuner's, kept in
+// the database; returns the tuning-log entry (JSON; a kept decision's
+// recorded fields with "kept": true). The process does not remember it:
+// tune() puts it in a plan.
+std::string tune_fastest_conv(const std::string& conv_json, bool deterministic, bool allow_tf32, bool retune) {
   const ConvArgument conv = parse_conv_argument(conv_json);
   const at::Device device = query_device(conv.input, "tune_fastest_conv");
   const ConvKey key = user_conv_key(conv, 0, deterministic, allow_tf32, device);
@@ -32,8 +36,20 @@ std::string tune_fastest_conv(const std::string& conv_json, bool deterministic, 
               "torch_cudnn_algo: cannot tune during CUDA graph capture");
   const BypassGuard bypass;  // the tuner's float64 reference runs stock
   std::string entry;
-  tune_fastest(key, &entry);
+  decide_fastest(key, retune, &entry);
   return entry;
+}
+
+bool fastest_decision_kept(const std::string& conv_json, bool deterministic, bool allow_tf32) {
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const at::Device device = query_device(conv.input, "fastest_decision_kept");
+  const c10::cuda::CUDAGuard device_guard(device);
+  return has_kept_decision(user_conv_key(conv, 0, deterministic, allow_tf32, device));
+}
+
+c10::Dict<std::string, int64_t> kept_decision_counts_op() {
+  const auto c = kept_decision_counts();
+  return counts_dict({{"kept", c.kept}, {"tuned", c.tuned}, {"waited", c.waited}});
 }
 
 // Queues one convolution's "fastest" candidate builds to background threads
@@ -71,7 +87,10 @@ c10::Dict<std::string, int64_t> execution_plan_cache_counts_op() {
 
 TORCH_LIBRARY_FRAGMENT(torch_cudnn_algo, m) {
   m.def("tuning_log() -> str[]", &tuning_log_op);
-  m.def("tune_fastest_conv(str conv, bool deterministic, bool allow_tf32) -> str", &tune_fastest_conv);
+  m.def("tune_fastest_conv(str conv, bool deterministic, bool allow_tf32, bool retune=False) -> str",
+        &tune_fastest_conv);
+  m.def("fastest_decision_kept(str conv, bool deterministic, bool allow_tf32) -> bool", &fastest_decision_kept);
+  m.def("kept_decision_counts() -> Dict(str, int)", &kept_decision_counts_op);
   m.def("prepare_fastest_conv(str conv, bool deterministic, bool allow_tf32) -> ()", &prepare_fastest_conv);
   m.def("cancel_prepared_fastest() -> ()", &cancel_prepared_fastest);
   m.def("enable_compile_workers(str[] command, int count) -> ()", &enable_compile_workers_op);

@@ -1,7 +1,7 @@
 #include "decide/profiling.h"
 
-#include "decide/fastest_tuner.h"
 #include "base/python_bridge.h"
+#include "decide/kept_decisions.h"
 
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 
@@ -34,10 +34,11 @@ void record(const ConvKey& key, std::shared_ptr<const Choice> choice) {
   decisions()[key] = Decision{true, std::move(choice)};
 }
 
-// The "fastest" tuner's pick; a tuner failure is one warning and the stock path.
+// The "fastest" decision (kept in the tuning database, else tuned); a tuner
+// failure is one warning and the stock path.
 std::shared_ptr<const Choice> tuned_or_stock(const ConvKey& key) {
   try {
-    return tune_fastest(key);
+    return decide_fastest(key, /*retune=*/false);
   } catch (const c10::Error& error) {
     warn_to_python(std::string("torch_cudnn_algo: tuning failed (") + error.what_without_backtrace() +
                    "); running PyTorch's own choice for this configuration: " + describe_conv(key));

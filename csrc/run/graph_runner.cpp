@@ -82,6 +82,24 @@ std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::st
   });
 }
 
+std::shared_ptr<const Runner> get_graph_runner_from_bytes(const ConvKey& key, const std::string& engine,
+                                                          const std::vector<uint8_t>& bytes) {
+  bool created = false;
+  return graph_runner_cache().get(GraphKey{key, engine}, &created, [&]() -> std::shared_ptr<const Runner> {
+    const EngineName wanted = parse_engine_name(engine);
+    std::string why;
+    if (auto runner = graph_runner_from_bytes(key, wanted, bytes, &why)) {
+      count_execution_plan_deserialized(/*prefetched=*/false);
+      return runner;
+    }
+    if (!why.empty()) count_execution_plan_deserialize_failed();
+    const auto started = std::chrono::steady_clock::now();
+    std::shared_ptr<const Runner> runner = build_graph_runner(key, wanted);
+    count_execution_plan_built(microseconds_since(started));
+    return runner;
+  });
+}
+
 void clear_graph_runners() {
   graph_runner_cache().clear();
 }

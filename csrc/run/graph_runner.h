@@ -31,6 +31,12 @@ std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::st
                                                const SerializedExecutionPlanSource& plan,
                                                bool runtime_compiled = false, bool default_knobs = false);
 
+// The runner for `engine` on `key`: the cache's, else rebuilt from `bytes` (a
+// serialized execution plan of that configuration, e.g. a kept decision's),
+// else built as get_graph_runner builds it (the bytes cannot serve here).
+std::shared_ptr<const Runner> get_graph_runner_from_bytes(const ConvKey& key, const std::string& engine,
+                                                          const std::vector<uint8_t>& bytes);
+
 void clear_graph_runners();
 size_t graph_runner_count();
 

@@ -4,6 +4,7 @@
 #include "base/python_bridge.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <thread>
 
 namespace torch_cudnn_algo {
 namespace {
@@ -288,9 +290,9 @@ bool db_save(DbKind kind, const DbEntry& entry) {
   return true;
 }
 
-std::vector<DbFile> db_scan(bool with_blobs) {
+std::vector<DbFile> db_scan(bool with_blobs, const std::string& scanned) {
   std::vector<DbFile> files;
-  const std::string dir = tuning_db_dir();
+  const std::string dir = scanned.empty() ? tuning_db_dir() : scanned;
   if (dir.empty()) return files;
   std::error_code error;
   for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
@@ -342,6 +344,40 @@ int64_t db_clear() {
     if (fs::remove(path, error) && entry) ++removed;
   }
   return removed;
+}
+
+DbClaim::DbClaim(DbKind kind, const std::string& key, std::chrono::milliseconds wait) {
+  const std::string dir = tuning_db_dir();
+  if (dir.empty()) return;
+  const char* tmp = std::getenv("TMPDIR");
+  const fs::path locks = fs::path(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp") /
+                         ("torch_cudnn_algo-claims-" + std::to_string(::getuid()));
+  std::error_code error;
+  fs::create_directories(locks, error);
+  const std::string named = dir + "\n" + db_kind_name(kind) + "\n" + key;
+  char name[40];
+  std::snprintf(name, sizeof(name), "%016llx.lock",
+                static_cast<unsigned long long>(fnv1a(named.data(), named.size())));
+  const int fd = ::open((locks / name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      ::close(fd);
+      return;
+    }
+    waited_ = true;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::close(fd);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  fd_ = fd;
+}
+
+DbClaim::~DbClaim() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
 }
 
 std::string utc_now_iso() {

@@ -14,6 +14,7 @@
 // least recently used entries evicted first.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -63,10 +64,10 @@ struct DbFile {
   int64_t modified_ns = 0;  // last written or used, since the epoch
 };
 
-// Every whole entry in the directory; files that are not (torn, corrupt,
-// foreign, half-written aside) are skipped. With `with_blobs` false the blobs
-// are left empty (a listing needs none).
-std::vector<DbFile> db_scan(bool with_blobs);
+// Every whole entry in the directory (`dir`, or the database's when empty);
+// files that are not (torn, corrupt, foreign, half-written aside) are skipped.
+// With `with_blobs` false the blobs are left empty (a listing needs none).
+std::vector<DbFile> db_scan(bool with_blobs, const std::string& dir = "");
 
 // Removes the entry files among `paths` (files of the directory with an entry
 // suffix; anything else is left alone); returns how many it removed.
@@ -75,6 +76,29 @@ int64_t db_remove(const std::vector<std::string>& paths);
 // Removes every entry file and every file left aside by an interrupted write;
 // returns how many entry files it removed.
 int64_t db_clear();
+
+// Claims an entry's key on this node while alive: processes of one node that
+// meet a new configuration at once tune it once. A lock file (flock) in a
+// node-local directory ($TMPDIR or /tmp), named by a hash of the database
+// directory, the kind and the key; the kernel releases it when its process
+// dies. Across nodes sharing the directory nothing is claimed: each node
+// tunes, and the later save replaces the earlier.
+class DbClaim {
+ public:
+  // Waits up to `wait` for the claim. Not owned when the wait ran out or no
+  // lock file can be made (the caller then goes ahead unclaimed).
+  DbClaim(DbKind kind, const std::string& key, std::chrono::milliseconds wait);
+  ~DbClaim();
+  DbClaim(const DbClaim&) = delete;
+  DbClaim& operator=(const DbClaim&) = delete;
+  bool owned() const { return fd_ >= 0; }
+  // Whether another process held the claim when this one asked for it.
+  bool waited() const { return waited_; }
+
+ private:
+  int fd_ = -1;
+  bool waited_ = false;
+};
 
 // When and where an entry is saved, as its header records them: UTC time as
 // ISO 8601 to the second ("2026-11-27T14:05:09Z"), and this host's name.

@@ -17,8 +17,8 @@ import os
 from . import _extension, _flags, _plan, _profile, _warn
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
-from ._db import (TuningDbEntry, clear_tuning_db, remove_tuning_db_entries, tuning_db_counts, tuning_db_dir,
-                  tuning_db_entries, tuning_db_max_bytes)
+from ._db import (MergeReport, TuningDbEntry, clear_tuning_db, export_plan, merge_tuning_db,
+                  remove_tuning_db_entries, tuning_db_counts, tuning_db_dir, tuning_db_entries, tuning_db_max_bytes)
 from ._flags import flags
 from ._plan import (Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedExecutionPlan, current_plan,
                     execution_plan_counts, load_plan, plan_entry_run_counts, use_plan)
@@ -45,6 +45,7 @@ __all__ = [
     "ConvSpec",
     "DIRECTIONS",
     "EngineConfig",
+    "MergeReport",
     "Plan",
     "PlanEntry",
     "PlanError",
@@ -63,6 +64,7 @@ __all__ = [
     "current_plan",
     "engine_configs",
     "execution_plan_counts",
+    "export_plan",
     "flags",
     "is_available",
     "legacy_algorithm_names",
@@ -70,6 +72,7 @@ __all__ = [
     "list_algorithms",
     "load_error",
     "load_plan",
+    "merge_tuning_db",
     "pinned_run_counts",
     "plan_entry_run_counts",
     "profile",

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from dataclasses import dataclass
 
 from . import _ops
 from ._conv_spec import ConvSpec
+from ._plan import Plan, PlanEntry, SerializedExecutionPlan
 
 KINDS = ("decision", "execution_plan")
 
@@ -25,6 +27,7 @@ class TuningDbEntry:
     bytes: int  # the file's size
     last_used: datetime.datetime  # last written or loaded (what eviction goes by), UTC
     path: str
+    key: str  # everything the entry is valid for, as text
 
 
 def tuning_db_dir() -> str | None:
@@ -61,7 +64,7 @@ def tuning_db_entries() -> list[TuningDbEntry]:
             host=header.get("host") if isinstance(header.get("host"), str) else None,
             bytes=int(row["bytes"]),
             last_used=datetime.datetime.fromtimestamp(row["modified_ns"] / 1e9, datetime.timezone.utc),
-            path=row["path"]))
+            path=row["path"], key=row["key"]))
     return entries
 
 
@@ -78,3 +81,65 @@ def remove_tuning_db_entries(entries: list[TuningDbEntry]) -> int:
 def tuning_db_counts() -> dict[str, int]:
     """This process's entries loaded, saved, rejected (torn, corrupt), failed to save, evicted."""
     return _ops.tuning_db_counts()
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """What :func:`merge_tuning_db` did."""
+
+    added: int  # entries this database lacked
+    replaced: int  # decisions here that the merged database's beat
+    kept: int  # entries this database already held, the same or better
+    conflicts: list[dict[str, object]]  # per configuration decided differently: both sides, which was kept
+
+
+def merge_tuning_db(from_dir: str | os.PathLike[str]) -> MergeReport:
+    """Merges another tuning database (another machine's, a team's) into this one: entries this one
+    lacks are added; where both hold a decision with different picks, the faster pick as each
+    measured it wins (the newer where either has no time), and the conflict is reported."""
+    report = _ops.tuning_db_merge(os.fspath(from_dir))
+    return MergeReport(report["added"], report["replaced"], report["kept"], report["conflicts"])
+
+
+def export_plan(gpu: str | None = None) -> Plan:
+    """The database's ``"fastest"`` decisions as a :class:`Plan` (with each pick's execution plan),
+    for the GPU model ``gpu``: by default the only one the decisions were made on. Where several
+    decisions share a configuration (made under other determinism, TF32 or workspace settings),
+    the newest is taken."""
+    decisions = [entry for entry in tuning_db_entries() if entry.kind == "decision"]
+    models = sorted({str(entry.header.get("gpu")) for entry in decisions})
+    if gpu is None:
+        if len(models) > 1:
+            raise ValueError(f"the tuning database holds decisions for several GPU models ({', '.join(models)}); "
+                             "name one")
+        gpu = models[0] if models else None
+    chosen: dict[ConvSpec, TuningDbEntry] = {}
+    for entry in decisions:
+        if entry.header.get("gpu") != gpu or entry.configuration is None:
+            continue
+        known = chosen.get(entry.configuration)
+        if known is None or (entry.saved or "") > (known.saved or ""):
+            chosen[entry.configuration] = entry
+    cudnn = {entry.header.get("cudnn") for entry in chosen.values()}
+    plan = Plan({}, policy="fastest", gpu=gpu, cudnn=cudnn.pop() if len(cudnn) == 1 else None,
+                torch=str(next(iter(chosen.values())).header.get("torch")) if chosen else "unknown")
+    for spec, entry in chosen.items():
+        pick = entry.header.get("pick")
+        built = None
+        if isinstance(pick, str):
+            loaded = _ops.tuning_db_load("decision", entry.key)
+            if loaded is not None and loaded[1]:
+                built = SerializedExecutionPlan(loaded[1], str(gpu), int(entry.header["cudnn"]),
+                                                int(entry.header["cudnn_frontend"]))
+        plan[spec] = PlanEntry(pick, _number(entry.header.get("pick_ms")),
+                               _number(entry.header.get("stock_config_ms")), _int(entry.header.get("workspace")),
+                               execution_plan=built)
+    return plan
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

@@ -455,10 +455,21 @@ def recorded_configs() -> list[ConvRequest]:
     return [_conv_request(text) for text in _lib().recorded_configs()]
 
 
-def tune_fastest_conv(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> dict[str, Any]:
-    """Runs the "fastest" tuner on ``conv`` on the current device and returns its tuning-log entry;
-    nothing is remembered."""
-    return json.loads(_lib().tune_fastest_conv(_conv_json(conv), deterministic, allow_tf32))
+def tune_fastest_conv(conv: ConvSpec, deterministic: bool, allow_tf32: bool, retune: bool = False) -> dict[str, Any]:
+    """Decides ``conv`` under "fastest" on the current device: the tuning database's decision unless
+    ``retune``, else the tuner's (kept in the database). Returns its tuning-log entry (a kept
+    decision's recorded fields, with ``"kept": True``); the process does not remember it."""
+    return json.loads(_lib().tune_fastest_conv(_conv_json(conv), deterministic, allow_tf32, retune))
+
+
+def fastest_decision_kept(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> bool:
+    """Whether the tuning database holds a "fastest" decision for ``conv`` under the settings in force."""
+    return bool(_lib().fastest_decision_kept(_conv_json(conv), deterministic, allow_tf32))
+
+
+def kept_decision_counts() -> dict[str, int]:
+    """Decisions this process took from the tuning database, tuned itself, and waited for."""
+    return {str(name): int(value) for name, value in _lib().kept_decision_counts().items()}
 
 
 def prepare_fastest_conv(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> None:
@@ -532,3 +543,16 @@ def tuning_db_clear() -> int:
 
 def tuning_db_counts() -> dict[str, int]:
     return {str(name): int(value) for name, value in _lib().tuning_db_counts().items()}
+
+
+def tuning_db_claim_for(kind: str, key: str, wait_ms: int, hold_ms: int) -> tuple[bool, bool]:
+    """Claims ``key`` on this node as a tuning does, holds it ``hold_ms``, releases it: (owned, waited)."""
+    owned, waited = _lib().tuning_db_claim_for(kind, key, wait_ms, hold_ms)
+    return bool(owned), bool(waited)
+
+
+def tuning_db_merge(from_dir: str) -> dict[str, Any]:
+    """Merges the tuning database in ``from_dir`` into this process's: added, replaced, kept, conflicts."""
+    report = json.loads(_lib().tuning_db_merge(from_dir))
+    report["conflicts"] = [json.loads(line) for line in report["conflicts"]]
+    return report

@@ -109,8 +109,8 @@ def collect_configurations(
 _PREPARE_AHEAD = True
 
 
-def _decide_fastest(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> PlanEntry:
-    entry = _ops.tune_fastest_conv(spec, deterministic, allow_tf32)
+def _decide_fastest(spec: ConvSpec, deterministic: bool, allow_tf32: bool, retune: bool) -> PlanEntry:
+    entry = _ops.tune_fastest_conv(spec, deterministic, allow_tf32, retune)
     return PlanEntry(entry["pick"], entry["pick_ms"], entry["stock_config_ms"], entry["workspace"])
 
 
@@ -154,6 +154,7 @@ def tune(
     loss_fn: Callable[[object], torch.Tensor] | None = None,
     progress: bool = True,
     execution_plans: bool = True,
+    retune: bool = False,
 ) -> Plan:
     """Runs ``model(*example_inputs)`` forward (and backward when a backward
     direction is asked for) to collect its cuDNN convolutions, decides each
@@ -169,6 +170,10 @@ def tune(
     no energy counter). With ``execution_plans`` (default) each engine
     configuration picked keeps its execution plan as cuDNN built it, so that a
     process loading the plan skips cuDNN's heuristics and compilation for it.
+    With ``"fastest"``, a configuration the tuning database already holds a
+    decision for (made by any earlier process under the same settings, GPU
+    model and releases: see docs/tuning-db.md) takes that decision instead of
+    being tuned again, unless ``retune``; every decision tuned is kept there.
     Must run outside CUDA graph capture.
     """
     if policy not in POLICIES:
@@ -191,25 +196,27 @@ def tune(
                       if c[0].direction in directions]
     plan = Plan({}, policy=policy)
     with _compile_workers.running(policy == "fastest" and _PREPARE_AHEAD):
-        _decide_all(configurations, plan, policy, progress, execution_plans)
+        _decide_all(configurations, plan, policy, progress, execution_plans, retune)
     return plan
 
 
 def _decide_all(configurations: Sequence[Configuration], plan: Plan, policy: str, progress: bool,
-                execution_plans: bool) -> None:
+                execution_plans: bool, retune: bool) -> None:
     """Decides every configuration into ``plan`` (see :func:`tune`)."""
     try:
         if policy == "fastest" and _PREPARE_AHEAD:
             # Every configuration's candidates are built in background threads,
             # configurations side by side; each is timed once its own are built,
-            # while the threads build the ones after it.
+            # while the threads build the ones after it. The tuning database's
+            # decisions need no candidates.
             for spec, deterministic, allow_tf32, device in configurations:
                 with torch.cuda.device(device):
-                    _ops.prepare_fastest_conv(spec, deterministic, allow_tf32)
+                    if retune or not _ops.fastest_decision_kept(spec, deterministic, allow_tf32):
+                        _ops.prepare_fastest_conv(spec, deterministic, allow_tf32)
         for spec, deterministic, allow_tf32, device in _progress(configurations, progress):
             with torch.cuda.device(device):
                 if policy == "fastest":
-                    entry = _decide_fastest(spec, deterministic, allow_tf32)
+                    entry = _decide_fastest(spec, deterministic, allow_tf32, retune)
                 else:
                     entry = _decide_from_table(spec, deterministic, allow_tf32, policy)
                 if execution_plans:

@@ -136,15 +136,53 @@ def _db(args: argparse.Namespace) -> int:
     if args.action == "clear":
         print(f"removed {_db.clear_tuning_db()} entries from {directory}")
         return 0
+    if args.action in ("import", "export") and not args.path:
+        print(f"torch-cudnn-algo db {args.action}: give the "
+              f"{'directory of the database to merge' if args.action == 'import' else 'plan file to write'}",
+              file=sys.stderr)
+        return 2
+    if args.action == "import":
+        try:
+            report = _db.merge_tuning_db(args.path)
+        except ValueError as exc:
+            print(f"torch-cudnn-algo db import: {exc}", file=sys.stderr)
+            return 2
+        print(f"merged {args.path} into {directory}: {report.added} added, {report.replaced} replaced, "
+              f"{report.kept} kept, {len(report.conflicts)} conflicts")
+        for conflict in report.conflicts:
+            here, merged = conflict["here"], conflict["merged"]
+            spec = _db._configuration({"configuration": conflict["configuration"]})
+            print(f"  {spec}: here {here['pick'] or 'stock'} ({here['pick_ms']} ms, {here['host']}), "
+                  f"merged {merged['pick'] or 'stock'} ({merged['pick_ms']} ms, {merged['host']}): "
+                  f"kept {conflict['kept']} ({conflict['by']})")
+        return 0
+    if args.action == "export":
+        try:
+            plan = _db.export_plan(args.gpu)
+        except ValueError as exc:
+            print(f"torch-cudnn-algo db export: {exc}", file=sys.stderr)
+            return 2
+        plan.save(args.path)
+        print(f"wrote {args.path}: {len(plan)} configurations decided on {plan.gpu or 'no GPU'}; use it with "
+              f"TORCH_CUDNN_ALGO_PLAN={args.path}")
+        return 0
     entries = [entry for entry in _db.tuning_db_entries() if args.kind in (None, entry.kind)]
     total = sum(entry.bytes for entry in entries)
     print(f"tuning database {directory}: {len(entries)} entries, {total / 2**20:.1f} MiB "
           f"(bound {_db.tuning_db_max_bytes() / 2**20:.0f} MiB, TORCH_CUDNN_ALGO_DB_MAX_MB)")
-    rows = [("kind", "choice", "saved", "host", "KiB", "configuration")]
+    def ms(value: object) -> str:
+        return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+    rows = [("kind", "choice", "ms", "stock ms", "saved", "host", "KiB", "configuration")]
     for entry in sorted(entries, key=lambda e: (e.kind, str(e.configuration))):
-        choice = entry.header.get("choice", entry.header.get("engine"))
-        rows.append((entry.kind, "stock" if choice is None else str(choice), entry.saved or "-", entry.host or "-",
-                     f"{entry.bytes / 1024:.1f}", str(entry.configuration or "(unreadable)")))
+        if entry.kind == "decision":
+            pick = entry.header.get("pick")
+            choice = "stock's path" if pick is None else str(pick)
+        else:
+            choice = str(entry.header.get("engine", "-"))
+        rows.append((entry.kind, choice, ms(entry.header.get("pick_ms")), ms(entry.header.get("stock_config_ms")),
+                     entry.saved or "-", entry.host or "-", f"{entry.bytes / 1024:.1f}",
+                     str(entry.configuration or "(unreadable)")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
@@ -439,10 +477,14 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="torch, CUDA, cuDNN, GPU, flags and plan in force (no GPU needed)")
     info.set_defaults(run=_info)
 
-    db = commands.add_parser("db", help="the tuning database: list its entries, or clear it (no GPU needed)")
-    db.add_argument("action", nargs="?", choices=("list", "clear"), default="list",
-                    help="list (default) or clear every entry")
+    db = commands.add_parser("db", help="the tuning database: list, import another, export a plan, clear "
+                                         "(no GPU needed)")
+    db.add_argument("action", nargs="?", choices=("list", "import", "export", "clear"), default="list",
+                    help="list the entries (default); import (merge) another database's directory; export the "
+                         "decisions as a plan file; clear every entry")
+    db.add_argument("path", nargs="?", help="import: the other database's directory; export: the plan file to write")
     db.add_argument("--kind", choices=("decision", "execution_plan"), help="list only entries of this kind")
+    db.add_argument("--gpu", help="export: the GPU model whose decisions to export (default: the only one)")
     db.set_defaults(run=_db)
 
     listing = commands.add_parser("list", help="candidates that can run a convolution (nothing executed)")

@@ -1,0 +1,122 @@
+"""GPU: "fastest" decisions kept in the tuning database (csrc/decide/kept_decisions.h). A later
+process takes an earlier one's decision instead of tuning, runs the same engine (stock's output
+bits where the pick is stock's configuration; against float64 always), and builds nothing its
+decision carries; tune() takes kept decisions unless asked to retune; a decision made under other
+settings is not taken; processes of one node meeting a configuration at once tune it once; a
+corrupt decision is tuned again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_cudnn_algo
+from torch_cudnn_algo import _ops
+
+pytestmark = pytest.mark.gpu
+
+# A depthwise layer: its "fastest" candidates include runtime-compiled engines, whose build is what
+# a kept decision saves most.
+CHILD = textwrap.dedent("""
+    import hashlib, json, sys, torch, torch_cudnn_algo
+    from torch_cudnn_algo import _ops
+    sys.stdin.readline()  # start together when asked
+    torch.manual_seed(0)
+    x = torch.randn(32, 96, 56, 56, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(96, 1, 5, 5, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
+        y = torch.nn.functional.conv2d(x, w, padding=2, groups=96)
+    torch.cuda.synchronize()
+    print(json.dumps({"kept": _ops.kept_decision_counts(), "log": len(torch_cudnn_algo.tuning_log()),
+                      "plans": torch_cudnn_algo.execution_plan_counts(),
+                      "bits": hashlib.sha256(y.cpu().numpy().tobytes()).hexdigest()}), flush=True)
+""")
+
+
+def run_children(count: int, db: str) -> list[dict]:
+    env = {**os.environ, "TORCH_CUDNN_ALGO_DB": db, "TORCH_CUDNN_ALGO_COMPILE_WORKERS": "0"}
+    processes = [subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True) for _ in range(count)]
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    results = [json.loads(process.stdout.read().splitlines()[-1]) for process in processes]
+    assert all(process.wait() == 0 for process in processes)
+    return results
+
+
+def test_a_later_process_takes_the_decision_and_builds_nothing(tmp_path):
+    (first,) = run_children(1, str(tmp_path))
+    assert first["kept"] == {"kept": 0, "tuned": 1, "waited": 0} and first["log"] == 1, first
+    (second,) = run_children(1, str(tmp_path))
+    assert second["kept"] == {"kept": 1, "tuned": 0, "waited": 0} and second["log"] == 0, second
+    assert second["bits"] == first["bits"]  # the same engine ran
+    assert second["plans"]["built"] == 0 and second["plans"]["deserialized"] >= 1, second
+
+
+def test_processes_meeting_a_configuration_at_once_tune_it_once(tmp_path):
+    results = run_children(4, str(tmp_path))
+    assert sum(r["kept"]["tuned"] for r in results) == 1, results
+    assert sum(r["kept"]["kept"] for r in results) == 3, results
+    assert len({r["bits"] for r in results}) == 1
+
+
+def test_tune_takes_kept_decisions_unless_asked_to_retune():
+    conv = torch.nn.Conv2d(48, 48, 3, padding=1, groups=2).cuda().half().to(memory_format=torch.channels_last)
+    x = torch.randn(16, 48, 28, 28, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    first = torch_cudnn_algo.tune(conv, x, progress=False)
+    tuned = len(torch_cudnn_algo.tuning_log())
+    assert tuned == len(first) >= 2
+    torch_cudnn_algo.clear_cache()
+    second = torch_cudnn_algo.tune(conv, x, progress=False)
+    assert torch_cudnn_algo.tuning_log() == [] and _ops.kept_decision_counts()["kept"] >= tuned
+    assert {str(c): e.choice for c, e in second.entries.items()} == {str(c): e.choice for c, e in first.entries.items()}
+    assert all(e.execution_plan is not None for e in second.entries.values() if isinstance(e.choice, str))
+    torch_cudnn_algo.clear_cache()
+    torch_cudnn_algo.tune(conv, x, progress=False, retune=True)
+    assert len(torch_cudnn_algo.tuning_log()) == tuned
+
+
+def test_a_decision_made_under_other_settings_is_not_taken():
+    x = torch.randn(16, 64, 28, 28, device="cuda", dtype=torch.float16)
+    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)
+    with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
+        torch.nn.functional.conv2d(x, w, padding=1)
+    assert len(torch_cudnn_algo.tuning_log()) == 1
+    torch_cudnn_algo.clear_cache()
+    with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest",
+                                                                          conv_workspace_limit=0):
+        torch.nn.functional.conv2d(x, w, padding=1)
+    assert len(torch_cudnn_algo.tuning_log()) == 1  # tuned again: the limit is part of the decision
+    torch_cudnn_algo.clear_cache()
+    with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
+        torch.nn.functional.conv2d(x, w, padding=1)
+    assert torch_cudnn_algo.tuning_log() == []  # the first decision, kept
+
+
+def test_a_corrupt_decision_is_tuned_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path))
+    x = torch.randn(16, 64, 28, 28, device="cuda", dtype=torch.float16)
+    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)
+
+    def decide() -> int:
+        torch_cudnn_algo.clear_cache()
+        with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
+            torch.nn.functional.conv2d(x, w, padding=1)
+        return len(torch_cudnn_algo.tuning_log())
+
+    assert decide() == 1
+    (decision,) = tmp_path.glob("*.decision")
+    data = bytearray(decision.read_bytes())
+    data[-1] ^= 0xFF
+    decision.write_bytes(bytes(data))
+    rejected = torch_cudnn_algo.tuning_db_counts()["rejected"]
+    assert decide() == 1
+    assert torch_cudnn_algo.tuning_db_counts()["rejected"] > rejected
+    assert decide() == 0  # the new decision replaced the corrupt one
