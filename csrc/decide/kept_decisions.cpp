@@ -4,6 +4,7 @@
 #include "decide/fastest_tuner.h"
 #include "decide/pins.h"
 #include "decide/plan.h"
+#include "run/direct_runner.h"
 #include "run/graph_build.h"
 #include "run/graph_runner.h"
 #include "store/serialized_execution_plan.h"
@@ -51,6 +52,10 @@ std::optional<std::pair<std::shared_ptr<const Choice>, Json>> load_decision(cons
   if (pick.is_null()) return std::make_pair(std::shared_ptr<const Choice>(), std::move(header));  // stock's path
   if (!pick.is_string() || pick.get<std::string>().empty()) return std::nullopt;
   auto choice = std::make_shared<Choice>();
+  if (pick.get<std::string>() == kDirectKernelName) {  // ours: nothing built, nothing kept but the name
+    choice->kernel = kDirectKernelName;
+    return std::make_pair(std::shared_ptr<const Choice>(std::move(choice)), std::move(header));
+  }
   choice->engine = pick.get<std::string>();
   if (!entry->blob.empty()) {
     ConvKey problem = key;
