@@ -12,9 +12,6 @@ from . import _ops
 from ._conv_spec import ConvSpec
 from ._plan import Plan, PlanEntry, SerializedExecutionPlan
 
-KINDS = ("decision", "execution_plan")
-
-
 @dataclass(frozen=True)
 class TuningDbEntry:
     """One entry of the tuning database."""
