@@ -10,9 +10,6 @@ from dataclasses import dataclass
 from . import _ops
 from ._conv_spec import ConvSpec
 
-KINDS = ("decision", "execution_plan")
-
-
 @dataclass(frozen=True)
 class TuningDbEntry:
     """One entry of the tuning database."""
