@@ -12,6 +12,7 @@ from . import _ops
 from ._conv_spec import ConvSpec
 from ._plan import Plan, PlanEntry, SerializedExecutionPlan
 
+
 @dataclass(frozen=True)
 class TuningDbEntry:
     """One entry of the tuning database."""
