@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from . import _ops
 from ._conv_spec import ConvSpec
 
+
 @dataclass(frozen=True)
 class TuningDbEntry:
     """One entry of the tuning database."""
