@@ -13,6 +13,7 @@ from ._conv_spec import ConvSpec
 from ._plan import Plan, PlanEntry, SerializedExecutionPlan
 
 
+
 @dataclass(frozen=True)
 class TuningDbEntry:
     """One entry of the tuning database."""
