@@ -13,7 +13,6 @@ from ._conv_spec import ConvSpec
 from ._plan import Plan, PlanEntry, SerializedExecutionPlan
 
 
-
 @dataclass(frozen=True)
 class TuningDbEntry:
     """One entry of the tuning database."""
