@@ -123,10 +123,10 @@ std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, st
     const WithoutGil unlocked;  // another process's tuning may take seconds
     claim.emplace(DbKind::kDecision, decision_key(key), kClaimWait);
   }
-  if (claim->waited()) {
-    g_waited.fetch_add(1, std::memory_order_relaxed);
-    if (auto kept = take_kept()) return *kept;  // decided by the process that held the claim
-  }
+  if (claim->waited()) g_waited.fetch_add(1, std::memory_order_relaxed);
+  // Another process of the node may have decided it since the first look,
+  // while this one waited for the claim or just before it asked.
+  if (auto kept = take_kept()) return *kept;
   std::string log_entry;
   auto choice = tune_fastest(key, &log_entry);
   g_tuned.fetch_add(1, std::memory_order_relaxed);
