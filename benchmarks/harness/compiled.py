@@ -121,24 +121,17 @@ def time_variants(trainer: object, variants: dict[str, Callable[[], contextlib.A
 
 
 def child_tune(network: str, plan_path: Path) -> dict:
-    import torch
-    import torch_cudnn_algo
-
-    from .networks import build_trainer, loss_of
+    from .measure import non_stock_entries, timed_tune
+    from .networks import build_trainer
     from .timing import warm_up_cuda
 
     trainer, workload = build_trainer(network, "cuda")
     warm_up_cuda()
     trainer.step()
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    with trainer.autocast():
-        plan = torch_cudnn_algo.tune(trainer.model, trainer.inputs, loss_fn=loss_of, progress=False)
-    torch.cuda.synchronize()
-    tune_s = time.perf_counter() - started
+    plan, tune_s = timed_tune(trainer)
     plan.save(plan_path)
     return {"workload": workload, "tune_s": tune_s, "plan_entries": len(plan),
-            "plan_non_stock_entries": sum(1 for entry in plan.entries.values() if entry.choice is not None)}
+            "plan_non_stock_entries": non_stock_entries(plan)}
 
 
 def child_measure(network: str, child: str, plan_path: Path, repeats: int, replays: int) -> dict:

@@ -213,6 +213,22 @@ def require_extension() -> None:
         raise RuntimeError(f"the torch_cudnn_algo extension is not loaded: {torch_cudnn_algo.load_error()}")
 
 
+def timed_tune(trainer: Trainer) -> tuple[torch_cudnn_algo.Plan, float]:
+    """tune() on the trainer's step (its autocast and loss) and its wall seconds, the GPU drained
+    before and after."""
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    with trainer.autocast():  # every configuration tuned: none taken from the tuning database
+        plan = torch_cudnn_algo.tune(trainer.model, trainer.inputs, loss_fn=loss_of, progress=False, retune=True)
+    torch.cuda.synchronize()
+    return plan, time.perf_counter() - started
+
+
+def non_stock_entries(plan: torch_cudnn_algo.Plan) -> int:
+    """The plan's entries that run something else than stock's own path."""
+    return sum(1 for entry in plan.entries.values() if entry.choice is not None)
+
+
 def child_main(network: str, settings: Settings, plan_path: Path) -> dict:
     """First step (stock), tune() and the plan file, every mode's warm-up, then the main sections;
     each part's raw file is written as soon as it is measured."""
@@ -226,18 +242,12 @@ def child_main(network: str, settings: Settings, plan_path: Path) -> dict:
     progress(f"first step (stock heuristics) {first:.2f} s")
     for _ in range(WARMUP_STEPS):
         trainer.step()
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    with trainer.autocast():
-        plan = torch_cudnn_algo.tune(trainer.model, trainer.inputs, loss_fn=loss_of, progress=False, retune=True)
-    torch.cuda.synchronize()
-    tune_s = time.perf_counter() - started
+    plan, tune_s = timed_tune(trainer)
     plan.save(plan_path)
     without_execution_plans(plan).save(names_plan_path(plan_path))
     setup = {"workload": workload, "first_step_s": first, "tune_s": tune_s,
              "plan_file_bytes": plan_path.stat().st_size, "plan_entries": len(plan),
-             "plan_non_stock_entries": sum(1 for entry in plan.entries.values() if entry.choice is not None),
-             "plan_execution_plans": execution_plan_census(plan)}
+             "plan_non_stock_entries": non_stock_entries(plan), "plan_execution_plans": execution_plan_census(plan)}
     progress(f"tune() {tune_s:.2f} s: {len(plan)} configurations, {setup['plan_non_stock_entries']} not stock's; "
              f"plan file {setup['plan_file_bytes']} bytes")
     write_raw(settings, network, "setup", setup, env)

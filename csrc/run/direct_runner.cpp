@@ -83,8 +83,9 @@ std::string refusal_of(const ConvKey& key, const kernels::DirectConvShape& shape
   const auto format = key.format();
   if (format != at::MemoryFormat::Contiguous && format != at::MemoryFormat::ChannelsLast)
     return "it runs NCHW and NHWC (channels_last) tensors only";
-  if (products_per_element(shape, key.dir()) > kMaxProductsPerElement)
-    return "each output sums over " + std::to_string(products_per_element(shape, key.dir())) +
+  const int64_t products = products_per_element(shape, key.dir());
+  if (products > kMaxProductsPerElement)
+    return "each output sums over " + std::to_string(products) +
            " products (more than " + std::to_string(kMaxProductsPerElement) +
            "): a dense convolution, which cuDNN's kernels serve better";
   return "";
