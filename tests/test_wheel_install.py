@@ -66,7 +66,9 @@ def fresh_python(wheel, tmp_path_factory) -> str:
                              capture_output=True, text=True, check=True).stdout.strip()
     # This environment's torch (and its CUDA libraries), behind the new environment's own packages.
     Path(purelib, "with_torch.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    installed = subprocess.run([python, "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+    # --ignore-installed: this environment's own installation of the package, seen through the
+    # .pth file, must not satisfy pip; the wheel goes into the new environment.
+    installed = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", str(wheel)],
                                capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr
     return python
@@ -93,7 +95,8 @@ def test_the_wheel_is_tagged_with_what_it_was_built_for(wheel):
 
 def test_the_wheel_loads_under_its_own_torch(fresh_python):
     state = probe(fresh_python)
-    assert "/venv" in state["file"] and "site-packages/torch_cudnn_algo" in state["file"], state["file"]
+    venv = str(Path(fresh_python).parents[1])  # the new environment's, not the one running the tests
+    assert state["file"].startswith(venv + "/") and "site-packages/torch_cudnn_algo" in state["file"], state["file"]
     assert state["loaded"] and state["error"] is None, state["error"]
     assert state["fwd"] == 1 and state["warnings"] == []
 
