@@ -43,7 +43,7 @@ FASTEST_ENV = ("TORCH_CUDNN_CONV_FWD_ALGO", "TORCH_CUDNN_CONV_BWD_DATA_ALGO", "T
 
 
 def shapes(workload: str) -> list[tuple[int, ...]]:
-    """The workload's distinct input sizes: (height, width) per image pair, or a clip length."""
+    """The workload's distinct input sizes: (height, width) per image pair, or (clip length,)."""
     rng = random.Random(7)
     if workload == "detection":
         sizes = set()
@@ -54,7 +54,7 @@ def shapes(workload: str) -> list[tuple[int, ...]]:
             sizes.add((512, long_side) if ratio >= 1 else (long_side, 512))
         return sorted(sizes)
     if workload == "audio":
-        return sorted(16000 + 1000 * step for step in rng.sample(range(0, 32), SHAPES))
+        return sorted((16000 + 1000 * step,) for step in rng.sample(range(0, 32), SHAPES))
     raise ValueError(f"unknown workload {workload!r}; workloads are {', '.join(WORKLOADS)}")
 
 

@@ -24,6 +24,13 @@ def test_every_run_meets_the_same_tens_of_shapes_in_the_same_order(workload: str
     assert order[:len(distinct)] != sorted(distinct)  # shuffled, as a loader delivers them
 
 
+@pytest.mark.parametrize(("workload", "rank"), [("detection", 2), ("audio", 1)])
+def test_every_shape_is_the_tuple_the_training_step_unpacks(workload: str, rank: int) -> None:
+    # Trainer.step unpacks (height, width) or (length,): a bare int would fail in every child.
+    for shape in variable_shapes.shapes(workload):
+        assert isinstance(shape, tuple) and len(shape) == rank and all(isinstance(n, int) for n in shape), shape
+
+
 def test_detection_sizes_are_a_loaders_after_the_models_resize() -> None:
     for height, width in variable_shapes.shapes("detection"):
         assert min(height, width) == 512 and max(height, width) <= 853
