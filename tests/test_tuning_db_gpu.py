@@ -3,12 +3,14 @@ process takes an earlier one's decision instead of tuning, runs the same engine 
 bits where the pick is stock's configuration; against float64 always), and builds nothing its
 decision carries; tune() takes kept decisions unless asked to retune; a decision made under other
 settings is not taken; processes of one node meeting a configuration at once tune it once; a
-corrupt decision is tuned again."""
+corrupt decision is tuned again. On the fly, a size within 2x of a tuned one borrows its decision
+(right against float64, kept, loaded later like any), and tune() tunes over a borrowed decision."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -53,9 +55,9 @@ def run_children(count: int, db: str) -> list[dict]:
 
 def test_a_later_process_takes_the_decision_and_builds_nothing(tmp_path):
     (first,) = run_children(1, str(tmp_path))
-    assert first["kept"] == {"kept": 0, "tuned": 1, "waited": 0} and first["log"] == 1, first
+    assert first["kept"] == {"kept": 0, "tuned": 1, "waited": 0, "borrowed": 0} and first["log"] == 1, first
     (second,) = run_children(1, str(tmp_path))
-    assert second["kept"] == {"kept": 1, "tuned": 0, "waited": 0} and second["log"] == 0, second
+    assert second["kept"] == {"kept": 1, "tuned": 0, "waited": 0, "borrowed": 0} and second["log"] == 0, second
     assert second["bits"] == first["bits"]  # the same engine ran
     assert second["plans"]["built"] == 0 and second["plans"]["deserialized"] >= 1, second
 
@@ -120,3 +122,70 @@ def test_a_corrupt_decision_is_tuned_again(tmp_path, monkeypatch):
     assert decide() == 1
     assert torch_cudnn_algo.tuning_db_counts()["rejected"] > rejected
     assert decide() == 0  # the new decision replaced the corrupt one
+
+
+# A 1-d convolution met at several lengths, as an audio network over variable-length batches meets
+# it: 9000 and 15000 are within 2x of 8000 and borrow its decision; 16000 is 2x away and is tuned.
+LENGTHS = (8000, 9000, 15000, 16000)
+BORROW_CHILD = textwrap.dedent("""
+    import json, sys, torch, torch_cudnn_algo
+    from torch_cudnn_algo import _ops
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, 3, device="cuda", dtype=torch.float16) / 8
+    errors = {}
+    for length in json.loads(sys.argv[1]):
+        x = torch.randn(4, 64, length, device="cuda", dtype=torch.float16)
+        with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
+            y = torch.nn.functional.conv1d(x, w, padding=1)
+        expected = torch.nn.functional.conv1d(x.double(), w.double(), padding=1)
+        errors[length] = float((y.double() - expected).norm() / expected.norm())
+    print(json.dumps({"kept": _ops.kept_decision_counts(), "log": torch_cudnn_algo.tuning_log(),
+                      "plans": torch_cudnn_algo.execution_plan_counts(), "errors": errors}), flush=True)
+""")
+
+
+def run_borrow_child(db: str, **env: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", BORROW_CHILD, json.dumps(LENGTHS)], capture_output=True, text=True,
+                          env={**os.environ, "TORCH_CUDNN_ALGO_DB": db, **env}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def length_of(entry: dict) -> int:
+    return int(re.search(r"input \[4, 64, (\d+)\]", entry["conv"]).group(1))
+
+
+def test_a_nearby_size_borrows_the_tuned_decision_and_a_later_process_loads_it(tmp_path):
+    first = run_borrow_child(str(tmp_path))
+    assert first["kept"] == {"kept": 0, "tuned": 2, "waited": 0, "borrowed": 2}, first["kept"]
+    assert sorted(length_of(entry) for entry in first["log"]) == [8000, 16000]
+    tolerance = torch_cudnn_algo._ops.tuner_tolerance("float16", False)
+    assert all(error < tolerance for error in first["errors"].values()), first["errors"]
+    decisions = [e for e in torch_cudnn_algo.tuning_db_entries() if e.kind == "decision"]
+    borrowed = {e.configuration.input[2]: e for e in decisions if e.borrowed}
+    assert sorted(borrowed) == [9000, 15000]
+    (anchor,) = [entry for entry in first["log"] if length_of(entry) == 8000]
+    for entry in borrowed.values():
+        assert entry.header["borrowed_from"]["input"] == [4, 64, 8000]
+        assert entry.header["pick"] == anchor["pick"], (entry.header, anchor)
+    second = run_borrow_child(str(tmp_path))
+    assert second["kept"] == {"kept": 4, "tuned": 0, "waited": 0, "borrowed": 0}, second["kept"]
+    assert second["log"] == [] and second["plans"]["built"] == 0, second["plans"]
+
+
+def test_tune_tunes_over_a_borrowed_decision(tmp_path, monkeypatch):
+    run_borrow_child(str(tmp_path))
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path))
+    x = torch.randn(4, 64, 9000, device="cuda", dtype=torch.float16)
+    conv = torch.nn.Conv1d(64, 64, 3, padding=1, bias=False).cuda().half()
+    torch_cudnn_algo.tune(conv, x, progress=False)
+    tuned_fwd = [e for e in torch_cudnn_algo.tuning_log() if e["direction"] == "fwd" and length_of(e) == 9000]
+    assert len(tuned_fwd) == 1, torch_cudnn_algo.tuning_log()
+    (entry,) = [e for e in torch_cudnn_algo.tuning_db_entries()
+                if e.kind == "decision" and e.configuration.direction == "fwd" and e.configuration.input[2] == 9000]
+    assert not entry.borrowed
+
+
+def test_borrowing_turned_off_tunes_every_size(tmp_path):
+    result = run_borrow_child(str(tmp_path), TORCH_CUDNN_ALGO_FASTEST_BORROW="0")
+    assert result["kept"] == {"kept": 0, "tuned": 4, "waited": 0, "borrowed": 0}, result["kept"]

@@ -157,4 +157,5 @@ def merge(out: Path) -> dict | None:
     date = max(r.get("measured") or "" for r in measured if r["environment"]["device"] == device)[:10]
     environment = latest["environment"]
     return {"device": device, "torch": environment.get("torch"), "cudnn": environment.get("cudnn"), "date": date,
+            "own_kernels": environment.get("own_kernels", False),
             "networks": [network_entry(name, parts[name]) for name in order]}

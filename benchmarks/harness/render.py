@@ -102,6 +102,9 @@ def render_markdown(report: dict) -> str:
         f"torch {report['torch']}, cuDNN {report['cudnn']}, {report['date']}. Made by `python benchmarks/zoo.py` "
         "(see `docs/performance.md`); numbers are medians, `—` not measured.",
     ]
+    if report.get("own_kernels"):
+        lines += ["", "The extension was built with our own kernels (`TORCH_CUDNN_ALGO_OWN_KERNELS=1`): `tune()` and "
+                  "`\"fastest\"` time `\"tca.direct\"` beside cuDNN's configurations."]
     if any(nested(net, "loops", "setup", "knob_search") for net in networks):
         lines += ["", "Measured with `--knob-search`: `conv_knob_search` on for `tune()` and `\"fastest\"`."]
     for title, text, headers, row, has in TABLES:

@@ -132,6 +132,7 @@ def environment() -> dict[str, object]:
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cudnn": cudnn_text(torch.backends.cudnn.version()), "cuda": torch.version.cuda,
             "torch_cudnn_algo": torch_cudnn_algo.__version__, "extension_loaded": torch_cudnn_algo.is_available(),
+            "own_kernels": torch_cudnn_algo.is_available() and torch_cudnn_algo._ops.own_kernels_built(),
             "torchvision": version_of("torchvision"), "timm": version_of("timm"),
             "torchaudio": version_of("torchaudio"), "python": platform.python_version(), "git_commit": commit,
             "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None}

@@ -8,6 +8,7 @@
 #include "control/conv_argument.h"
 #include "control/op_values.h"
 #include "decide/fastest_tuner.h"
+#include "decide/kept_decisions.h"
 #include "decide/pins.h"
 #include "decide/profiling.h"
 #include "decide/selection.h"
@@ -47,6 +48,7 @@ void clear_runner_cache() {
   clear_profile_decisions();
   clear_tuning_log();
   clear_wide_search_record();
+  clear_borrow_anchors();
 }
 
 int64_t runner_cache_size() {

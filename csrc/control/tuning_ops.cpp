@@ -49,7 +49,7 @@ bool fastest_decision_kept(const std::string& conv_json, bool deterministic, boo
 
 c10::Dict<std::string, int64_t> kept_decision_counts_op() {
   const auto c = kept_decision_counts();
-  return counts_dict({{"kept", c.kept}, {"tuned", c.tuned}, {"waited", c.waited}});
+  return counts_dict({{"kept", c.kept}, {"tuned", c.tuned}, {"waited", c.waited}, {"borrowed", c.borrowed}});
 }
 
 // Queues one convolution's "fastest" candidate builds to background threads

@@ -17,8 +17,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 namespace torch_cudnn_algo {
 namespace {
@@ -33,7 +36,7 @@ constexpr int kTunerRules = 1;
 // compilation); after it, this process tunes too.
 constexpr auto kClaimWait = std::chrono::seconds(120);
 
-std::atomic<int64_t> g_kept{0}, g_tuned{0}, g_waited{0};
+std::atomic<int64_t> g_kept{0}, g_tuned{0}, g_waited{0}, g_borrowed{0};
 
 ConvKey decision_problem(ConvKey key) {
   key.algo = kNoChoice;
@@ -41,13 +44,18 @@ ConvKey decision_problem(ConvKey key) {
   return key;
 }
 
+bool is_borrowed(const Json& header) { return header.is_object() && header.contains("borrowed_from"); }
+
 // The kept decision for key, its pick's runner rebuilt from the kept
-// execution plan; nullopt when the database holds none that can serve.
-std::optional<std::pair<std::shared_ptr<const Choice>, Json>> load_decision(const ConvKey& key) {
+// execution plan; nullopt when the database holds none that can serve, or
+// only a borrowed one and `accept_borrowed` is false.
+std::optional<std::pair<std::shared_ptr<const Choice>, Json>> load_decision(const ConvKey& key,
+                                                                            bool accept_borrowed) {
   const auto entry = db_load(DbKind::kDecision, decision_key(key));
   if (!entry) return std::nullopt;
   Json header = Json::parse(entry->header, nullptr, /*allow_exceptions=*/false);
   if (!header.is_object() || !header.contains("pick")) return std::nullopt;  // not one of ours
+  if (is_borrowed(header) && !accept_borrowed) return std::nullopt;
   const Json& pick = header["pick"];
   if (pick.is_null()) return std::make_pair(std::shared_ptr<const Choice>(), std::move(header));  // stock's path
   if (!pick.is_string() || pick.get<std::string>().empty()) return std::nullopt;
@@ -96,6 +104,105 @@ std::string kept_entry(Json header) {
   return header.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+// Borrowed decisions. A workload whose shapes change (a detector's image
+// sizes, audio lengths) meets each layer at tens of sizes, and tuning each one
+// builds every candidate's execution plan, where stock builds one: on such a
+// run the builds, not the timing, are what tuning costs. So on the fly
+// "fastest" takes the decision this process tuned (or took from the database)
+// for the same convolution at a nearby size: every size, and the input's
+// element count, within a factor of kBorrowRange. Its pick is built for the
+// new size (one build, as stock's) and must run it; the decision is kept
+// marked as borrowed, loaded like any by later processes, and never counts as
+// tuned: tune() tunes the configuration. The range keeps a pick's float64
+// check meaningful (reductions at most that much longer) and keeps the sizes
+// of one layer apart from a pyramid's levels, which differ by 2x exactly.
+constexpr double kBorrowRange = 2.0;
+
+// A tuned decision others may borrow.
+struct Anchor {
+  std::array<int64_t, kMaxDims> input_sizes{};
+  std::shared_ptr<const Choice> choice;  // nullptr: the stock path
+  std::string configuration;             // json_request of the tuned configuration
+};
+
+std::mutex g_anchor_mutex;
+
+std::unordered_map<std::string, std::vector<Anchor>>& anchors() {
+  static auto* map = new std::unordered_map<std::string, std::vector<Anchor>>();  // leaked, as profiling's
+  return *map;
+}
+
+// The decision key with the batch and spatial sizes left out: what borrowing
+// decisions must share.
+std::string family_key(const ConvKey& key) {
+  ConvKey family = key;
+  family.input_sizes[0] = 0;
+  for (int d = 2; d < key.dim; ++d) family.input_sizes[d] = 0;
+  family.output_sizes.fill(0);
+  return decision_key(family);
+}
+
+void add_anchor(const ConvKey& key, std::shared_ptr<const Choice> choice) {
+  Anchor anchor{key.input_sizes, std::move(choice), json_request(decision_problem(key))};
+  const std::lock_guard<std::mutex> lock(g_anchor_mutex);
+  anchors()[family_key(key)].push_back(std::move(anchor));
+}
+
+// How far apart two configurations of one family are (the sum of the logs of
+// the size ratios), or nullopt beyond kBorrowRange.
+std::optional<double> distance(const ConvKey& key, const std::array<int64_t, kMaxDims>& sizes) {
+  double total = 0, elements = 0;
+  for (int d = 0; d < key.dim; ++d) {
+    if (d == 1) continue;  // channels: part of the family
+    const double ratio = std::log(static_cast<double>(key.input_sizes[d]) / static_cast<double>(sizes[d]));
+    if (std::abs(ratio) >= std::log(kBorrowRange)) return std::nullopt;
+    total += std::abs(ratio);
+    elements += ratio;
+  }
+  if (std::abs(elements) >= std::log(kBorrowRange)) return std::nullopt;
+  return total;
+}
+
+std::optional<Anchor> nearest_anchor(const ConvKey& key) {
+  const std::string family = family_key(key);
+  const std::lock_guard<std::mutex> lock(g_anchor_mutex);
+  const auto it = anchors().find(family);
+  if (it == anchors().end()) return std::nullopt;
+  const Anchor* best = nullptr;
+  double best_distance = 0;
+  for (const Anchor& anchor : it->second) {
+    const auto d = distance(key, anchor.input_sizes);
+    if (d && (best == nullptr || *d < best_distance)) {
+      best = &anchor;
+      best_distance = *d;
+    }
+  }
+  return best ? std::optional<Anchor>(*best) : std::nullopt;
+}
+
+// A nearby size's decision, when its pick runs key's problem (its runner is
+// built here); the record to keep as the decision's tuning-log fields.
+std::optional<std::pair<std::shared_ptr<const Choice>, Json>> borrow_decision(const ConvKey& key) {
+  if (env_int("TORCH_CUDNN_ALGO_FASTEST_BORROW", 1) <= 0) return std::nullopt;
+  auto anchor = nearest_anchor(key);
+  if (!anchor) return std::nullopt;
+  Json record;
+  record["pick"] = nullptr;
+  record["borrowed_from"] = Json::parse(anchor->configuration, nullptr, /*allow_exceptions=*/false);
+  const std::shared_ptr<const Choice>& choice = anchor->choice;
+  if (choice) {
+    ConvKey problem = key;
+    problem.algo = kNoChoice;
+    bool created = false;
+    const auto runner = choice->is_kernel() ? get_direct_runner(problem, &created)
+                                            : get_graph_runner(problem, choice->engine, &created,
+                                                               plan_execution_plans());
+    if (!runner->refusal.empty()) return std::nullopt;  // it cannot run this size: tune it
+    record["pick"] = choice->is_kernel() ? choice->kernel : choice->engine;
+  }
+  return std::make_pair(choice, std::move(record));
+}
+
 }  // namespace
 
 std::string decision_key(const ConvKey& key) {
@@ -108,16 +215,26 @@ std::string decision_key(const ConvKey& key) {
   return text.str();
 }
 
-std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, std::string* entry) {
+std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, std::string* entry, bool borrow) {
   const auto take_kept = [&]() -> std::optional<std::shared_ptr<const Choice>> {
     if (retune) return std::nullopt;
-    auto kept = load_decision(key);
+    auto kept = load_decision(key, /*accept_borrowed=*/borrow);
     if (!kept) return std::nullopt;
     g_kept.fetch_add(1, std::memory_order_relaxed);
+    if (!is_borrowed(kept->second)) add_anchor(key, kept->first);
     if (entry != nullptr) *entry = kept_entry(std::move(kept->second));
     return std::move(kept->first);
   };
   if (auto kept = take_kept()) return *kept;
+  if (borrow && !retune) {
+    if (auto borrowed = borrow_decision(key)) {
+      g_borrowed.fetch_add(1, std::memory_order_relaxed);
+      const std::string record = borrowed->second.dump(-1, ' ', false, Json::error_handler_t::replace);
+      keep_decision(key, borrowed->first, record);
+      if (entry != nullptr) *entry = record;
+      return borrowed->first;
+    }
+  }
   std::optional<DbClaim> claim;
   {
     const WithoutGil unlocked;  // another process's tuning may take seconds
@@ -130,6 +247,7 @@ std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, st
   std::string log_entry;
   auto choice = tune_fastest(key, &log_entry);
   g_tuned.fetch_add(1, std::memory_order_relaxed);
+  add_anchor(key, choice);
   keep_decision(key, choice, log_entry);
   if (entry != nullptr) *entry = std::move(log_entry);
   return choice;
@@ -164,10 +282,13 @@ MergeReport merge_tuning_db(const std::string& from_dir) {
       ++report.kept;
       continue;
     }
+    // A tuned decision beats a borrowed one; else the faster as each measured it, else the newer.
     const Json their_ms = field(theirs, "pick_ms"), our_ms = field(ours, "pick_ms");
-    const bool timed = their_ms.is_number() && our_ms.is_number();
-    const bool theirs_win = timed ? their_ms.get<double>() < our_ms.get<double>()
-                                  : field(theirs, "saved").dump() > field(ours, "saved").dump();
+    const bool tuned_side = is_borrowed(theirs) != is_borrowed(ours);
+    const bool timed = !tuned_side && their_ms.is_number() && our_ms.is_number();
+    const bool theirs_win = tuned_side ? is_borrowed(ours)
+                            : timed    ? their_ms.get<double>() < our_ms.get<double>()
+                                       : field(theirs, "saved").dump() > field(ours, "saved").dump();
     if (theirs_win && db_save(DbKind::kDecision, incoming.entry)) {
       ++report.replaced;
     } else {
@@ -182,19 +303,25 @@ MergeReport merge_tuning_db(const std::string& from_dir) {
       conflict[side] = std::move(about);
     }
     conflict["kept"] = theirs_win ? "merged" : "here";
-    conflict["by"] = timed ? "faster" : "newer";
+    conflict["by"] = tuned_side ? "tuned" : timed ? "faster" : "newer";
     report.conflicts.push_back(conflict.dump(-1, ' ', false, Json::error_handler_t::replace));
   }
   return report;
 }
 
 bool has_kept_decision(const ConvKey& key) {
-  return db_load(DbKind::kDecision, decision_key(key)).has_value();
+  const auto entry = db_load(DbKind::kDecision, decision_key(key));
+  return entry && !is_borrowed(Json::parse(entry->header, nullptr, /*allow_exceptions=*/false));
 }
 
 KeptDecisionCounts kept_decision_counts() {
   return {g_kept.load(std::memory_order_relaxed), g_tuned.load(std::memory_order_relaxed),
-          g_waited.load(std::memory_order_relaxed)};
+          g_waited.load(std::memory_order_relaxed), g_borrowed.load(std::memory_order_relaxed)};
+}
+
+void clear_borrow_anchors() {
+  const std::lock_guard<std::mutex> lock(g_anchor_mutex);
+  anchors().clear();
 }
 
 }  // namespace torch_cudnn_algo

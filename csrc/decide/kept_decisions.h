@@ -23,13 +23,17 @@ namespace torch_cudnn_algo {
 std::string decision_key(const ConvKey& key);
 
 // The decision for key's configuration under "fastest" (key.algo ignored):
-// the database's, else tuned here and kept. Processes of one node meeting
-// the configuration at once tune it once: the others wait for that decision
-// (see DbClaim). `retune`: tune even when the database holds a decision.
-// `*entry`, if given, receives the tuning-log entry, or for a kept decision
-// its recorded fields with "kept": true. nullptr: the stock path. Errors of
-// the tuner propagate; the database's never do.
-std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, std::string* entry = nullptr);
+// the database's, else with `borrow` the decision of the same convolution at
+// a nearby size (see kept_decisions.cpp; TORCH_CUDNN_ALGO_FASTEST_BORROW=0
+// turns it off), else tuned here and kept. Without `borrow` a borrowed
+// decision in the database is tuned over. Processes of one node meeting the
+// configuration at once tune it once: the others wait for that decision (see
+// DbClaim). `retune`: tune even when the database holds a decision. `*entry`,
+// if given, receives the tuning-log entry, for a kept decision its recorded
+// fields with "kept": true, for a borrowed one "pick" and "borrowed_from".
+// nullptr: the stock path. Errors of the tuner propagate; the database's never do.
+std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, std::string* entry = nullptr,
+                                             bool borrow = false);
 
 // What merging another tuning database into this one did (merge_tuning_db).
 struct MergeReport {
@@ -49,18 +53,24 @@ struct MergeReport {
 // this database's stays. Raises ValueError when `from_dir` is this database.
 MergeReport merge_tuning_db(const std::string& from_dir);
 
-// Whether the database holds a decision for key under the settings in force
-// (nothing is built).
+// Whether the database holds a tuned (not borrowed) decision for key under the
+// settings in force (nothing is built).
 bool has_kept_decision(const ConvKey& key);
 
 // Monotonic counts since the process started: decisions taken from the
-// database, decisions tuned here, and decisions that first waited for another
-// process of the node tuning the same configuration.
+// database, decisions tuned here, decisions that first waited for another
+// process of the node tuning the same configuration, and decisions borrowed
+// from a nearby size.
 struct KeptDecisionCounts {
   int64_t kept = 0;
   int64_t tuned = 0;
   int64_t waited = 0;
+  int64_t borrowed = 0;
 };
 KeptDecisionCounts kept_decision_counts();
+
+// Forgets the decisions this process may borrow from (clear_cache: the
+// process's decisions go, so do their sizes).
+void clear_borrow_anchors();
 
 }  // namespace torch_cudnn_algo

@@ -34,11 +34,11 @@ void record(const ConvKey& key, std::shared_ptr<const Choice> choice) {
   decisions()[key] = Decision{true, std::move(choice)};
 }
 
-// The "fastest" decision (kept in the tuning database, else tuned); a tuner
-// failure is one warning and the stock path.
+// The "fastest" decision (kept in the tuning database, else borrowed from a
+// nearby size, else tuned); a tuner failure is one warning and the stock path.
 std::shared_ptr<const Choice> tuned_or_stock(const ConvKey& key) {
   try {
-    return decide_fastest(key, /*retune=*/false);
+    return decide_fastest(key, /*retune=*/false, /*entry=*/nullptr, /*borrow=*/true);
   } catch (const c10::Error& error) {
     warn_to_python(std::string("torch_cudnn_algo: tuning failed (") + error.what_without_backtrace() +
                    "); running PyTorch's own choice for this configuration: " + describe_conv(key));

@@ -27,6 +27,12 @@ class TuningDbEntry:
     path: str
     key: str  # everything the entry is valid for, as text
 
+    @property
+    def borrowed(self) -> bool:
+        """A decision ``"fastest"`` took from the same convolution at a nearby size instead of tuning
+        (``header["borrowed_from"]`` is that size's configuration); ``tune()`` tunes it."""
+        return self.kind == "decision" and "borrowed_from" in self.header
+
 
 def tuning_db_dir() -> str | None:
     """The directory of the tuning database, or None when it is off: ``TORCH_CUDNN_ALGO_DB`` (``0`` or
@@ -103,7 +109,7 @@ def export_plan(gpu: str | None = None) -> Plan:
     """The database's ``"fastest"`` decisions as a :class:`Plan` (with each pick's execution plan),
     for the GPU model ``gpu``: by default the only one the decisions were made on. Where several
     decisions share a configuration (made under other determinism, TF32 or workspace settings),
-    the newest is taken."""
+    a tuned one is taken before a borrowed one, then the newest."""
     decisions = [entry for entry in tuning_db_entries() if entry.kind == "decision"]
     models = sorted({str(entry.header.get("gpu")) for entry in decisions})
     if gpu is None:
@@ -116,7 +122,7 @@ def export_plan(gpu: str | None = None) -> Plan:
         if entry.header.get("gpu") != gpu or entry.configuration is None:
             continue
         known = chosen.get(entry.configuration)
-        if known is None or (entry.saved or "") > (known.saved or ""):
+        if known is None or (not entry.borrowed, entry.saved or "") > (not known.borrowed, known.saved or ""):
             chosen[entry.configuration] = entry
     cudnn = {entry.header.get("cudnn") for entry in chosen.values()}
     plan = Plan({}, policy="fastest", gpu=gpu, cudnn=cudnn.pop() if len(cudnn) == 1 else None,

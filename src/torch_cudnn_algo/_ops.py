@@ -468,7 +468,8 @@ def fastest_decision_kept(conv: ConvSpec, deterministic: bool, allow_tf32: bool)
 
 
 def kept_decision_counts() -> dict[str, int]:
-    """Decisions this process took from the tuning database, tuned itself, and waited for."""
+    """Decisions this process took from the tuning database ("kept"), tuned itself ("tuned"), waited for
+    another process to tune ("waited"), and borrowed from the same convolution at a nearby size ("borrowed")."""
     return {str(name): int(value) for name, value in _lib().kept_decision_counts().items()}
 
 

@@ -177,7 +177,7 @@ def _db(args: argparse.Namespace) -> int:
     for entry in sorted(entries, key=lambda e: (e.kind, str(e.configuration))):
         if entry.kind == "decision":
             pick = entry.header.get("pick")
-            choice = "stock's path" if pick is None else str(pick)
+            choice = ("stock's path" if pick is None else str(pick)) + (" (borrowed)" if entry.borrowed else "")
         else:
             choice = str(entry.header.get("engine", "-"))
         rows.append((entry.kind, choice, ms(entry.header.get("pick_ms")), ms(entry.header.get("stock_config_ms")),

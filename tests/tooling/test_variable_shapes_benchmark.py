@@ -43,12 +43,12 @@ def test_the_table_compares_each_mode_with_stock_and_counts_what_fastest_did() -
                   "stock": {"wall_s": 40.0, "gpu_ms_per_pass": 2000.0},
                   "benchmark": {"wall_s": 90.0, "gpu_ms_per_pass": 1900.0},
                   "fastest_empty": {"wall_s": 44.0, "gpu_ms_per_pass": 1800.0, "tuned": 140,
-                                    "kept": {"kept": 0}, "execution_plans": {"built": 500}},
+                                    "kept": {"kept": 0, "borrowed": 20}, "execution_plans": {"built": 500}},
                   "fastest_second": {"wall_s": 36.0, "gpu_ms_per_pass": 1800.0, **counts}}}]}
     text = variable_shapes.render(report)
     assert "| audio (24 shapes) | benchmark | 90.0 | 2.250 | 1900.0 | 1.053 | — |" in text
-    assert "| audio (24 shapes) | fastest_empty | 44.0 | 1.100 | 1800.0 | 1.111 | 140 / 0 / 500 |" in text
-    assert "| audio (24 shapes) | fastest_second | 36.0 | 0.900 | 1800.0 | 1.111 | 0 / 140 / 0 |" in text
+    assert "| audio (24 shapes) | fastest_empty | 44.0 | 1.100 | 1800.0 | 1.111 | 140 / 20 / 0 / 500 |" in text
+    assert "| audio (24 shapes) | fastest_second | 36.0 | 0.900 | 1800.0 | 1.111 | 0 / 0 / 140 / 0 |" in text
     report["workloads"][0]["modes"]["benchmark"] = {"error": "timed out after 900 s"}
     assert "| audio | benchmark | — | — | — | — | timed out after 900 s |" in variable_shapes.render(report)
 

@@ -182,7 +182,7 @@ def test_merge_gives_the_checked_shape(tmp_path: Path) -> None:
     write_parts(tmp_path, "resnet50_amp")
     write_parts(tmp_path, "dcgan_generator", skip=("benchmark", "first_step"))
     report = raw.merge(tmp_path)
-    assert set(report) == {"device", "torch", "cudnn", "date", "networks"}
+    assert set(report) == {"device", "torch", "cudnn", "date", "own_kernels", "networks"}
     assert (report["device"], report["cudnn"], report["date"]) == (GPU, "9.19.0", "2026-11-24")
     assert [net["name"] for net in report["networks"]] == ["resnet50_amp", "dcgan_generator"]
     for net in report["networks"]:
