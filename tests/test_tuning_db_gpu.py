@@ -152,21 +152,23 @@ def run_borrow_child(db: str, **env: str) -> dict:
 
 
 def length_of(entry: dict) -> int:
-    return int(re.search(r"input \[4, 64, (\d+)\]", entry["conv"]).group(1))
+    # cuDNN convolves a 1-d convolution as a 2-d one of height 1.
+    return int(re.search(r"input \[4, 64, 1, (\d+)\]", entry["conv"]).group(1))
 
 
-def test_a_nearby_size_borrows_the_tuned_decision_and_a_later_process_loads_it(tmp_path):
+def test_a_nearby_size_borrows_the_tuned_decision_and_a_later_process_loads_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path))
     first = run_borrow_child(str(tmp_path))
     assert first["kept"] == {"kept": 0, "tuned": 2, "waited": 0, "borrowed": 2}, first["kept"]
     assert sorted(length_of(entry) for entry in first["log"]) == [8000, 16000]
     tolerance = torch_cudnn_algo._ops.tuner_tolerance("float16", False)
     assert all(error < tolerance for error in first["errors"].values()), first["errors"]
     decisions = [e for e in torch_cudnn_algo.tuning_db_entries() if e.kind == "decision"]
-    borrowed = {e.configuration.input[2]: e for e in decisions if e.borrowed}
+    borrowed = {e.configuration.input[-1]: e for e in decisions if e.borrowed}
     assert sorted(borrowed) == [9000, 15000]
     (anchor,) = [entry for entry in first["log"] if length_of(entry) == 8000]
     for entry in borrowed.values():
-        assert entry.header["borrowed_from"]["input"] == [4, 64, 8000]
+        assert entry.header["borrowed_from"]["input"] == [4, 64, 1, 8000]
         assert entry.header["pick"] == anchor["pick"], (entry.header, anchor)
     second = run_borrow_child(str(tmp_path))
     assert second["kept"] == {"kept": 4, "tuned": 0, "waited": 0, "borrowed": 0}, second["kept"]
@@ -182,7 +184,7 @@ def test_tune_tunes_over_a_borrowed_decision(tmp_path, monkeypatch):
     tuned_fwd = [e for e in torch_cudnn_algo.tuning_log() if e["direction"] == "fwd" and length_of(e) == 9000]
     assert len(tuned_fwd) == 1, torch_cudnn_algo.tuning_log()
     (entry,) = [e for e in torch_cudnn_algo.tuning_db_entries()
-                if e.kind == "decision" and e.configuration.direction == "fwd" and e.configuration.input[2] == 9000]
+                if e.kind == "decision" and e.configuration.direction == "fwd" and e.configuration.input[-1] == 9000]
     assert not entry.borrowed
 
 

@@ -191,11 +191,11 @@ def run_child(workload: str, mode: str, steps: int, db: str, timeout_s: float) -
     return {"error": f"exit status {done.returncode} without a result line (its stderr is above)"}
 
 
-def measure(workload: str, steps: int, timeout_s: float) -> dict:
+def measure(workload: str, steps: int, timeout_s: float, modes: list[str]) -> dict:
     record: dict[str, object] = {"name": workload, "distinct_shapes": len(shapes(workload)), "modes": {}}
     with tempfile.TemporaryDirectory(prefix="variable-shapes-") as scratch:
         fastest_db = os.path.join(scratch, "fastest-db")  # filled by fastest_empty, read by fastest_second
-        for mode in MODES:
+        for mode in (mode for mode in MODES if mode in modes):
             db = fastest_db if mode.startswith("fastest") else os.path.join(scratch, f"{mode}-db")
             progress(f"{workload}: {mode}")
             result = run_child(workload, mode, steps, db, timeout_s)
@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"comma-separated, of {', '.join(MODES)} (fastest_second needs fastest_empty)")
     parser.add_argument("--child-timeout", type=float, default=900.0)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument("--render", type=Path, metavar="JSON", help="print the markdown of a saved result; no GPU")
@@ -261,11 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.steps < SHAPES:
         parser.error(f"unknown workloads {unknown} (workloads are {', '.join(WORKLOADS)}), or --steps below "
                      f"{SHAPES} (every shape at least once)")
+    modes = [name for name in args.modes.split(",") if name]
+    if not modes or set(modes) - set(MODES) or ("fastest_second" in modes and "fastest_empty" not in modes):
+        parser.error(f"--modes {args.modes!r}: modes are {', '.join(MODES)}, and fastest_second needs fastest_empty")
     env = environment()
     report = {"device": env.get("device"), "torch": env.get("torch"), "cudnn": env.get("cudnn"),
               "date": now_iso()[:10], "argv": " ".join(argv if argv is not None else sys.argv[1:]), "workloads": []}
     for workload in workloads:
-        report["workloads"].append(measure(workload, args.steps, args.child_timeout))
+        report["workloads"].append(measure(workload, args.steps, args.child_timeout, modes))
     stem = args.out / f"variable-shapes-{device_slug(report['device'])}-{report['date']}"
     write_json(stem.with_suffix(".json"), report)
     markdown = render(report)

@@ -58,3 +58,11 @@ def test_command_line_refuses_unknown_workloads_and_too_few_steps(capsys: pytest
         with pytest.raises(SystemExit):
             variable_shapes.main(argv)
         assert "workloads are detection, audio" in capsys.readouterr().err
+
+
+def test_command_line_refuses_unknown_modes_and_a_second_run_without_the_first(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for modes in ("stock,warm", "stock,fastest_second", ""):
+        with pytest.raises(SystemExit):
+            variable_shapes.main(["--modes", modes])
+        assert "fastest_second needs fastest_empty" in capsys.readouterr().err
