@@ -2,18 +2,21 @@
 process takes an earlier one's decision instead of tuning, runs the same engine (stock's output
 bits where the pick is stock's configuration; against float64 always), and builds nothing its
 decision carries; tune() takes kept decisions unless asked to retune; a decision made under other
-settings is not taken; processes of one node meeting a configuration at once tune it once; a
-corrupt decision is tuned again. On the fly, a size within 2x of a tuned one borrows its decision
-(right against float64, kept, loaded later like any), and tune() tunes over a borrowed decision."""
+settings is not taken; processes of one node meeting a configuration at once tune it once (also
+eight at once with a ninth killed among them); a corrupt decision is tuned again. On the fly, a
+size within 2x of a tuned one borrows its decision (right against float64, kept, loaded later like
+any), and tune() tunes over a borrowed decision."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -191,3 +194,62 @@ def test_tune_tunes_over_a_borrowed_decision(tmp_path, monkeypatch):
 def test_borrowing_turned_off_tunes_every_size(tmp_path):
     result = run_borrow_child(str(tmp_path), TORCH_CUDNN_ALGO_FASTEST_BORROW="0")
     assert result["kept"] == {"kept": 0, "tuned": 4, "waited": 0, "borrowed": 0}, result["kept"]
+
+
+# Six configurations, each process meeting all of them in its own rotation: every pair of processes
+# overlaps on every configuration, at different moments.
+STRESS_CHILD = textwrap.dedent("""
+    import json, sys, torch, torch_cudnn_algo
+    from torch_cudnn_algo import _ops
+    start = int(sys.argv[1])
+    channels = [16, 24, 32, 40, 48, 56]
+    torch.zeros(1, device="cuda")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(len(channels)):
+        c = channels[(start + i) % len(channels)]
+        x = torch.randn(8, c, 28, 28, device="cuda", dtype=torch.float16)
+        w = torch.randn(c, c, 3, 3, device="cuda", dtype=torch.float16)
+        with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
+            torch.nn.functional.conv2d(x, w, padding=1)
+    torch.cuda.synchronize()
+    print(json.dumps({"kept": _ops.kept_decision_counts(),
+                      "tuned": [entry["conv"] for entry in torch_cudnn_algo.tuning_log()]}), flush=True)
+""")
+
+
+def test_eight_processes_and_a_killed_one_tune_each_configuration_once_into_one_database(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path))
+    env = {**os.environ, "TORCH_CUDNN_ALGO_DB": str(tmp_path), "TORCH_CUDNN_ALGO_COMPILE_WORKERS": "0"}
+    processes = [subprocess.Popen([sys.executable, "-c", STRESS_CHILD, str(i)], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True) for i in range(9)]
+    for process in processes:
+        assert process.stdout.readline().strip() == "ready"
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    victim = processes.pop()
+    time.sleep(0.5)  # in the middle of its first tunings, claims or writes
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    results = [json.loads(process.stdout.read().splitlines()[-1]) for process in processes]
+    assert all(process.wait() == 0 for process in processes)
+    tuned = [conv for result in results for conv in result["tuned"]]
+    assert len(tuned) == len(set(tuned)), tuned  # no configuration tuned twice by the survivors
+    assert all(sum(result["kept"][k] for k in ("kept", "tuned")) == 6 for result in results), results
+    # Whatever the killed process left: every entry loads whole, or is not there.
+    decisions = [entry for entry in torch_cudnn_algo.tuning_db_entries() if entry.kind == "decision"]
+    assert len(decisions) == 6 and not any(entry.borrowed for entry in decisions)
+    (late,) = run_children_with(STRESS_CHILD, env, "0")
+    assert late["kept"]["kept"] == 6 and late["tuned"] == [], late
+
+
+def run_children_with(script: str, env: dict, *args: str) -> list[dict]:
+    process = subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "ready"
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    result = json.loads(process.stdout.read().splitlines()[-1])
+    assert process.wait() == 0
+    return [result]
