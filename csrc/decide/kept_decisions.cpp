@@ -198,6 +198,9 @@ std::optional<std::pair<std::shared_ptr<const Choice>, Json>> borrow_decision(co
                                             : get_graph_runner(problem, choice->engine, &created,
                                                                plan_execution_plans());
     if (!runner->refusal.empty()) return std::nullopt;  // it cannot run this size: tune it
+    // The tuner kept its candidates within conv_workspace_limit; a pick may need more at a larger size.
+    const int64_t limit = workspace_limit();
+    if (limit >= 0 && runner->workspace_bytes > static_cast<size_t>(limit)) return std::nullopt;
     record["pick"] = choice->is_kernel() ? choice->kernel : choice->engine;
   }
   return std::make_pair(choice, std::move(record));
