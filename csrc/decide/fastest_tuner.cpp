@@ -50,8 +50,7 @@ void Tuner::build(const std::vector<size_t>& indices) {
 }
 
 bool Tuner::within_limit(const Candidate& c) const {
-  const int64_t limit = workspace_limit();
-  return limit < 0 || static_cast<int64_t>(c.runner->workspace_bytes) <= limit;
+  return fits_workspace_limit(c.runner->workspace_bytes);
 }
 
 // Candidate `index`'s max relative error against the float64 reference on the

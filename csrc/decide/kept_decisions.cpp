@@ -120,9 +120,8 @@ constexpr double kBorrowRange = 2.0;
 
 // A tuned decision others may borrow.
 struct Anchor {
-  std::array<int64_t, kMaxDims> input_sizes{};
+  ConvKey problem;                       // the tuned configuration (decision_problem)
   std::shared_ptr<const Choice> choice;  // nullptr: the stock path
-  std::string configuration;             // json_request of the tuned configuration
 };
 
 std::mutex g_anchor_mutex;
@@ -143,7 +142,7 @@ std::string family_key(const ConvKey& key) {
 }
 
 void add_anchor(const ConvKey& key, std::shared_ptr<const Choice> choice) {
-  Anchor anchor{key.input_sizes, std::move(choice), json_request(decision_problem(key))};
+  Anchor anchor{decision_problem(key), std::move(choice)};
   const std::lock_guard<std::mutex> lock(g_anchor_mutex);
   anchors()[family_key(key)].push_back(std::move(anchor));
 }
@@ -171,7 +170,7 @@ std::optional<Anchor> nearest_anchor(const ConvKey& key) {
   const Anchor* best = nullptr;
   double best_distance = 0;
   for (const Anchor& anchor : it->second) {
-    const auto d = distance(key, anchor.input_sizes);
+    const auto d = distance(key, anchor.problem.input_sizes);
     if (d && (best == nullptr || *d < best_distance)) {
       best = &anchor;
       best_distance = *d;
@@ -188,7 +187,7 @@ std::optional<std::pair<std::shared_ptr<const Choice>, Json>> borrow_decision(co
   if (!anchor) return std::nullopt;
   Json record;
   record["pick"] = nullptr;
-  record["borrowed_from"] = Json::parse(anchor->configuration, nullptr, /*allow_exceptions=*/false);
+  record["borrowed_from"] = Json::parse(json_request(anchor->problem));
   const std::shared_ptr<const Choice>& choice = anchor->choice;
   if (choice) {
     ConvKey problem = key;
@@ -199,8 +198,7 @@ std::optional<std::pair<std::shared_ptr<const Choice>, Json>> borrow_decision(co
                                                                plan_execution_plans());
     if (!runner->refusal.empty()) return std::nullopt;  // it cannot run this size: tune it
     // The tuner kept its candidates within conv_workspace_limit; a pick may need more at a larger size.
-    const int64_t limit = workspace_limit();
-    if (limit >= 0 && runner->workspace_bytes > static_cast<size_t>(limit)) return std::nullopt;
+    if (!fits_workspace_limit(runner->workspace_bytes)) return std::nullopt;
     record["pick"] = choice->is_kernel() ? choice->kernel : choice->engine;
   }
   return std::make_pair(choice, std::move(record));

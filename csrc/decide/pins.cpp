@@ -104,6 +104,11 @@ int64_t workspace_limit() {
   return g_workspace_limit.load(std::memory_order_relaxed);
 }
 
+bool fits_workspace_limit(size_t bytes) {
+  const int64_t limit = workspace_limit();
+  return limit < 0 || static_cast<int64_t>(bytes) <= limit;
+}
+
 int64_t exchange_workspace_limit(int64_t bytes) {
   TORCH_CHECK_VALUE(bytes >= -1, "torch_cudnn_algo: workspace limit must be >= 0 bytes or None");
   return g_workspace_limit.exchange(bytes);

@@ -45,6 +45,8 @@ void set_strict_mode(bool strict);
 
 // conv_workspace_limit in bytes, -1 for none.
 int64_t workspace_limit();
+// Whether `bytes` of workspace are within conv_workspace_limit.
+bool fits_workspace_limit(size_t bytes);
 // Sets it (ValueError below -1) and returns the previous limit. A changed limit
 // makes the policy's decisions stale: the caller forgets them.
 int64_t exchange_workspace_limit(int64_t bytes);

@@ -94,8 +94,8 @@ void handle_refusal(const Runner& runner, const Choice& choice) {
 
 // The workspace limit applied to a runner that cuDNN can run; true when it fits.
 bool within_workspace_limit(const Runner& runner, const Choice& choice) {
+  if (fits_workspace_limit(runner.workspace_bytes)) return true;
   const int64_t limit = workspace_limit();
-  if (limit < 0 || static_cast<int64_t>(runner.workspace_bytes) <= limit) return true;
   const bool first = !strict_mode() && runner.warned_limit.exchange(limit) != limit;
   if (strict_mode() || first) {
     refuse(runner, choice,
