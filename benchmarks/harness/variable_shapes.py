@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .cli import child_environment, parse_child_output
 from .config import CHILD_RESULT_PREFIX
 from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, write_json
 from .stats import num
@@ -175,20 +176,16 @@ def child(workload: str, mode: str, steps: int) -> dict:
 
 
 def run_child(workload: str, mode: str, steps: int, db: str, timeout_s: float) -> dict:
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("TORCH_CUDNN_CONV_", "TORCH_CUDNN_ALGO_PLAN"))}
-    env["TORCH_CUDNN_ALGO_DB"] = db
-    if mode.startswith("fastest"):
-        env.update(dict.fromkeys(FASTEST_ENV, "fastest"))
+    env = child_environment({"TORCH_CUDNN_ALGO_DB": db,
+                             **(dict.fromkeys(FASTEST_ENV, "fastest") if mode.startswith("fastest") else {})})
     command = [sys.executable, str(SCRIPT), "--child", mode, "--workload", workload, "--steps", str(steps)]
     try:
         done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s"}
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(CHILD_RESULT_PREFIX):
-            return json.loads(line[len(CHILD_RESULT_PREFIX):])
-    return {"error": f"exit status {done.returncode} without a result line (its stderr is above)"}
+    result = parse_child_output(done.stdout)
+    return result if result is not None else {
+        "error": f"exit status {done.returncode} without a result line (its stderr is above)"}
 
 
 def measure(workload: str, steps: int, timeout_s: float, modes: list[str]) -> dict:
