@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["energy_per_call", "set_prepare_ahead", "tuner_tolerance"]
+__all__ = ["decision_counts", "energy_per_call", "own_kernels_built", "set_prepare_ahead", "tuner_tolerance"]
+
+
+def decision_counts() -> dict[str, object]:
+    """What this process's ``"fastest"`` decided so far: configurations it tuned, its decisions by
+    origin (tuned, kept from the tuning database, borrowed, waited for), the execution plans it built
+    and deserialized, and the entries the tuning database holds."""
+    import torch_cudnn_algo
+    from torch_cudnn_algo import _ops
+
+    return {"tuned": len(torch_cudnn_algo.tuning_log()), "kept": _ops.kept_decision_counts(),
+            "execution_plans": torch_cudnn_algo.execution_plan_counts(),
+            "tuning_db_entries": len(torch_cudnn_algo.tuning_db_entries())}
 
 
 def energy_per_call(run: Callable[[], None], device_index: int, call_ms: float, **options: object) -> float | None:
@@ -17,6 +29,14 @@ def energy_per_call(run: Callable[[], None], device_index: int, call_ms: float, 
     from torch_cudnn_algo import _nvml
 
     return _nvml.energy_per_call(run, device_index, call_ms, **options)
+
+
+def own_kernels_built() -> bool:
+    """Whether the loaded extension was built with our own kernels ("tca.direct")."""
+    import torch_cudnn_algo
+    from torch_cudnn_algo import _ops
+
+    return torch_cudnn_algo.is_available() and _ops.own_kernels_built()
 
 
 def set_prepare_ahead(enabled: bool) -> None:

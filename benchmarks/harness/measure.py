@@ -38,6 +38,7 @@ import torch_cudnn_algo
 
 from .config import CHILD_RESULT_PREFIX, EAGER_COMPARED, EAGER_MODES, MAIN_SECTIONS, MODE_WARMUP_STEPS, \
     PLAN_ENV_VAR, TUNING_DB_ENV_VAR, UNTIMED_STEPS_AFTER_SWITCH, WARMUP_STEPS, Settings, names_plan_path
+from .internal import decision_counts
 from .networks import Trainer, build_trainer, loss_of
 from .raw import write_raw
 from .results import environment, error_text, finite, progress, set_progress_label
@@ -378,15 +379,12 @@ def fastest_run(network: str, settings: Settings, part: str) -> dict:
     env = environment()
     warm_up_cuda()
     first = step_seconds(trainer)
-    tuned_first_step = len(torch_cudnn_algo.tuning_log())
+    tuned_first_step = decision_counts()["tuned"]
     second = step_seconds(trainer)
     database = Path(os.environ[TUNING_DB_ENV_VAR])
     data = {
-        "workload": workload, "first_step_s": first, "second_step_s": second,
-        "tuned_first_step": tuned_first_step, "tuned": len(torch_cudnn_algo.tuning_log()),
-        "kept_decisions": torch_cudnn_algo._ops.kept_decision_counts(),
-        "execution_plans": torch_cudnn_algo.execution_plan_counts(),
-        "tuning_db_entries": len(torch_cudnn_algo.tuning_db_entries()),
+        "workload": workload, "first_step_s": first, "second_step_s": second, "tuned_first_step": tuned_first_step,
+        **decision_counts(),
         "tuning_db_bytes": sum(f.stat().st_size for f in database.rglob("*") if f.is_file()),
     }
     progress(f"{part}: first step {first:.2f} s (second {second:.3f} s), tuned {data['tuned']}, "

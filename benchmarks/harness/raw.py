@@ -115,7 +115,7 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
         # step costs against stock's, and what it tuned and built (the database should hold it all).
         "fastest_runs": {run: None if record is None else {
             key: record.get(key) for key in ("first_step_s", "second_step_s", "tuned", "tuned_first_step",
-                                             "kept_decisions", "execution_plans", "tuning_db_entries",
+                                             "kept", "execution_plans", "tuning_db_entries",
                                              "tuning_db_bytes")} for run, record in fastest_runs.items()},
         "fastest_second_run_first_step_over_stock": ratio(nested(fastest_runs["second"], "first_step_s"),
                                                           first_step["stock"]),

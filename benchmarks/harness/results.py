@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .internal import own_kernels_built
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["REPO_ROOT", "cudnn_text", "device_slug", "dumps", "environment", "error_text", "finite", "nested", "now_iso",
@@ -132,7 +134,7 @@ def environment() -> dict[str, object]:
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cudnn": cudnn_text(torch.backends.cudnn.version()), "cuda": torch.version.cuda,
             "torch_cudnn_algo": torch_cudnn_algo.__version__, "extension_loaded": torch_cudnn_algo.is_available(),
-            "own_kernels": torch_cudnn_algo.is_available() and torch_cudnn_algo._ops.own_kernels_built(),
+            "own_kernels": own_kernels_built(),
             "torchvision": version_of("torchvision"), "timm": version_of("timm"),
             "torchaudio": version_of("torchaudio"), "python": platform.python_version(), "git_commit": commit,
             "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None}

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from .cli import child_environment, parse_child_output
 from .config import CHILD_RESULT_PREFIX, FASTEST_ENV
+from .internal import decision_counts
 from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, write_json
 from .stats import num
 
@@ -163,10 +164,7 @@ def child(workload: str, mode: str, steps: int) -> dict:
     wall_s = time.perf_counter() - started
     result: dict[str, object] = {"wall_s": wall_s, "steps": len(plan), "distinct_shapes": len(set(plan))}
     if torch_cudnn_algo.is_available():
-        result["tuned"] = len(torch_cudnn_algo.tuning_log())
-        result["kept"] = torch_cudnn_algo._ops.kept_decision_counts()
-        result["execution_plans"] = torch_cudnn_algo.execution_plan_counts()
-        result["tuning_db_entries"] = len(torch_cudnn_algo.tuning_db_entries())
+        result.update(decision_counts())
     result["gpu_ms_per_pass"] = sum(gpu_ms(trainer, shape) for shape in shapes(workload))
     return result
 
