@@ -29,6 +29,8 @@
 // serves tensors of any size.
 #include "kernels/depthwise.h"
 
+#include "kernels/element_types.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -55,27 +57,13 @@ constexpr int64_t kMaxCount = int64_t{1} << 30;
 
 std::atomic<bool> g_enabled{true};
 
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f(float v) { return v; }
-
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-
-template <typename T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T v[VEC];
-};
-
 // VEC channels at p as fp32, or zeros where !live (p is not read then).
 template <typename T, int VEC>
 __device__ __forceinline__ void load_f(const T* p, bool live, float (&f)[VEC]) {
   if (live) {
-    const Vec<T, VEC> in = *reinterpret_cast<const Vec<T, VEC>*>(p);
+    const Vec<T, VEC> in = load_vec<T, VEC>(p);
 #pragma unroll
-    for (int v = 0; v < VEC; ++v) f[v] = to_f(in.v[v]);
+    for (int v = 0; v < VEC; ++v) f[v] = to_acc(in.v[v]);
   } else {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) f[v] = 0.f;
@@ -171,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) dw_gather(DwGeom g, int strips_per_r
   const int threads = blockDim.x * blockDim.y;
   for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < taps * tile; i += threads) {
     const int local = i % tile, tap = i / tile, ch = tile0 + local;
-    staged[i] = ch < C ? to_f(weight[ch * g.ws0 + (tap / g.s) * g.ws2 + (tap % g.s) * g.ws3]) : 0.f;
+    staged[i] = ch < C ? to_acc(weight[ch * g.ws0 + (tap / g.s) * g.ws2 + (tap % g.s) * g.ws3]) : 0.f;
   }
   __syncthreads();
   const int c0 = tile0 + threadIdx.x * VEC;
@@ -244,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) dw_gather(DwGeom g, int strips_per_r
       if (x < 0 || x >= dst_w) continue;
       Vec<T, VEC> o;
 #pragma unroll
-      for (int v = 0; v < VEC; ++v) o.v[v] = from_f<T>(acc[j][v]);
+      for (int v = 0; v < VEC; ++v) o.v[v] = from_acc<T>(acc[j][v]);
       *reinterpret_cast<Vec<T, VEC>*>(out + x * C) = o;
     }
   }
@@ -379,7 +367,7 @@ __global__ void __launch_bounds__(kThreads) dw_finish(DwGeom g, const float* __r
     const int c = e % g.c, tap = e / g.c;
     float sum = 0.f;
     for (int slice = 0; slice < slices; ++slice) sum += partial[static_cast<long long>(slice) * total + e];
-    dweight[c * g.ws0 + (tap / g.s) * g.ws2 + (tap % g.s) * g.ws3] = from_f<T>(sum);
+    dweight[c * g.ws0 + (tap / g.s) * g.ws2 + (tap % g.s) * g.ws3] = from_acc<T>(sum);
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "kernels/depthwise.h"
 #include "kernels/direct_common.h"
+#include "kernels/element_types.h"
 #include "kernels/grouped_mma.h"
 
 #include <cuda_bf16.h>
@@ -35,30 +36,6 @@ constexpr int kThreads = 256;
 constexpr int kFilterTaps = 9;
 // Weight bytes one gather block may stage in shared memory.
 constexpr size_t kMaxStagedWeightBytes = 48 * 1024;
-
-template <typename T> struct AccOf { using type = float; };
-template <> struct AccOf<double> { using type = double; };
-
-__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_acc(float v) { return v; }
-__device__ __forceinline__ double to_acc(double v) { return v; }
-
-template <typename T> __device__ __forceinline__ T from_acc(float v);
-template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
-template <typename T> __device__ __forceinline__ T from_acc(double v) { return static_cast<T>(v); }
-
-template <typename T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T v[VEC];
-};
-
-template <typename T, int VEC>
-__device__ __forceinline__ Vec<T, VEC> load_vec(const T* p) {
-  return *reinterpret_cast<const Vec<T, VEC>*>(p);
-}
 
 // Everything a kernel needs, by value.
 // Index: int when every tensor has fewer than 2^31 elements (32-bit
