@@ -7,6 +7,8 @@
 // compile-time window, so the parts compile in parallel; -1: every part, for
 // the host emulation), e.g.
 //   nvcc -x cu -DTORCH_CUDNN_ALGO_DW_SWEEP -DDW_SWEEP_PART=3 -c csrc/kernels/depthwise_sweep.cuh ...
+// The check program itself includes it with DW_SWEEP_DECLARATIONS_ONLY (the
+// registry, no variants).
 #pragma once
 
 #ifndef TORCH_CUDNN_ALGO_DW_SWEEP
@@ -62,6 +64,8 @@ constexpr DwSweepPart kSweepParts[] = {
     {DirectDType::kBFloat16, DirectDirection::kBackwardFilter, 7, 1},
 };
 constexpr int kSweepPartCount = sizeof(kSweepParts) / sizeof(kSweepParts[0]);
+
+#ifndef DW_SWEEP_DECLARATIONS_ONLY
 
 namespace {
 
@@ -190,4 +194,5 @@ struct SweepRegistration {
 const SweepRegistration sweep_registration;
 
 }  // namespace
+#endif  // DW_SWEEP_DECLARATIONS_ONLY
 }  // namespace torch_cudnn_algo::kernels
