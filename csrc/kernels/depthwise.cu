@@ -44,7 +44,15 @@ std::atomic<bool> g_enabled{true};
 
 // ---------------------------------------------------------------- production choices
 // One configuration per direction and compile-time filter width (KS 3, 5, 7;
-// 0: runtime taps), measured on the H100 by the sweep.
+// 0: runtime taps), for every dtype and stride. To adopt a sweep winner, copy
+// its line of depthwise_sweep.cuh (add_gather_variants / add_filter_variants:
+// the tune and the launch options) into a specialisation, e.g. "stage" for the
+// 7x7 forward:
+//   template <> struct GatherChoice<false, 7> {
+//     static constexpr int kTune = gather_tune(4, 1, false, true);
+//     static constexpr GatherLaunch kLaunch{32, 8};
+//   };
+// then rerun the check program in full (fp32 takes the choice too).
 template <bool Backward, int KS>
 struct GatherChoice {
   static constexpr int kTune = gather_tune();
