@@ -37,13 +37,16 @@ constexpr int64_t kMaxCount = int64_t{1} << 30;
 //                memory order (coalesced for the [c][1][r][s] layout) instead of
 //                one strided read per (tap, channel)
 //   THREADS, MINB: block size and __launch_bounds__' minimum blocks per SM (0: none given)
-// ROWS, TAPS_SHARED apply to the compile-time windows only (KS > 0).
+//   UNROLL_ROWS: (ROWS 1) the filter rows unrolled at compile time (needs r == KS,
+//                which the launch checks), so the loads of every row can issue
+//                together instead of one row's latency after another's
+// ROWS, TAPS_SHARED, UNROLL_ROWS apply to the compile-time windows only (KS > 0).
 // A gather configuration is one int (short kernel names): gather_tune()
 // packs it, GatherTune<code> reads it; 0 is every default.
 constexpr int gather_tune(int strip = 4, int rows = 1, bool taps_shared = false, bool stage = false,
-                          int threads = 256, int min_blocks = 0) {
+                          int threads = 256, int min_blocks = 0, bool unroll_rows = false) {
   return (strip == 4 ? 0 : strip) | (rows - 1) << 4 | taps_shared << 7 | stage << 8 |
-         (threads == 256 ? 0 : threads / 32) << 9 | min_blocks << 14;
+         (threads == 256 ? 0 : threads / 32) << 9 | min_blocks << 14 | unroll_rows << 17;
 }
 constexpr int gather_strip(int code) { return code & 15 ? code & 15 : 4; }
 constexpr int gather_rows(int code) { return (code >> 4 & 7) + 1; }
@@ -51,12 +54,15 @@ constexpr bool gather_taps_shared(int code) { return code >> 7 & 1; }
 constexpr bool gather_stage(int code) { return code >> 8 & 1; }
 constexpr int gather_threads(int code) { return code >> 9 & 31 ? (code >> 9 & 31) * 32 : 256; }
 constexpr int gather_min_blocks(int code) { return code >> 14 & 7; }
+constexpr bool gather_unroll_rows(int code) { return code >> 17 & 1; }
 template <int CODE>
 struct GatherTune {
   static constexpr int kStrip = gather_strip(CODE), kRows = gather_rows(CODE);
   static constexpr bool kTapsShared = gather_taps_shared(CODE), kStage = gather_stage(CODE);
   static constexpr int kThreads = gather_threads(CODE), kMinBlocks = gather_min_blocks(CODE);
-  static_assert(kStrip % 2 == 0 && CODE == gather_tune(kStrip, kRows, kTapsShared, kStage, kThreads, kMinBlocks),
+  static constexpr bool kUnrollRows = gather_unroll_rows(CODE);
+  static_assert(kStrip % 2 == 0 && (!kUnrollRows || kRows == 1) &&
+                    CODE == gather_tune(kStrip, kRows, kTapsShared, kStage, kThreads, kMinBlocks, kUnrollRows),
                 "gather tune");
 };
 // Launch-time choices of the gather: channel vectors across a block at most,
@@ -293,7 +299,48 @@ __global__ void __launch_bounds__(GatherTune<TUNE>::kThreads, GatherTune<TUNE>::
       using W = Window<Backward, KS, SW, kStrip>;
       if (Backward) x0 -= g.pw % SW;
       const int base = Backward ? (x0 + g.pw) / SW : x0 * SW - g.pw;
-      if constexpr (kRows == 1 && !Tune::kTapsShared) {
+      if constexpr (Tune::kUnrollRows) {
+#pragma unroll
+        for (int r = 0; r < KS; ++r) {  // g.r == KS
+          int sy;
+          bool row_live;
+          if (Backward) {
+            const int num = y0 + g.ph - r * g.dh;
+            sy = num / g.sh;
+            row_live = num >= 0 && sy * g.sh == num && sy < src_h;
+          } else {
+            sy = y0 * g.sh - g.ph + r * g.dh;
+            row_live = sy >= 0 && sy < src_h;
+          }
+          float wr[Tune::kTapsShared ? 1 : KS][VEC];
+          if constexpr (!Tune::kTapsShared) {
+#pragma unroll
+            for (int s = 0; s < KS; ++s) load_shared<VEC>(mine + (r * KS + s) * tile, wr[s]);
+          }
+          const T* at = src + (static_cast<long long>(n) * src_h + sy) * src_row + c0;
+#pragma unroll
+          for (int o = W::lo(); o <= W::hi(); ++o) {
+            const int col = base + o;
+            float f[VEC];
+            load_f<T, VEC>(at + col * C, row_live && col >= 0 && col < src_w, f);
+#pragma unroll
+            for (int j = 0; j < kStrip; ++j)
+#pragma unroll
+              for (int s = 0; s < KS; ++s)
+                if (W::valid(j, s) && W::offset(j, s) == o) {
+                  if constexpr (Tune::kTapsShared) {
+                    float wv[VEC];
+                    load_shared<VEC>(mine + (r * KS + s) * tile, wv);
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[0][j][v] += f[v] * wv[v];
+                  } else {
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[0][j][v] += f[v] * wr[s][v];
+                  }
+                }
+          }
+        }
+      } else if constexpr (kRows == 1 && !Tune::kTapsShared) {
         for_each_row<Backward>(g, y0, src_h, [&](int r, int sy) {
           float wr[KS][VEC];
 #pragma unroll
@@ -609,6 +656,7 @@ template <typename T>
 cudaError_t launch_gather_pick(const DirectConvShape& s, bool backward, int sm_count, const GatherPick<T>& k,
                                const T* src, const T* weight, T* dst, cudaStream_t stream) {
   const int rows = k.ks ? gather_rows(k.tune) : 1, strip = gather_strip(k.tune);
+  if (k.ks && gather_unroll_rows(k.tune) && s.r != k.ks) return cudaErrorInvalidValue;
   const DwGeom g = geom_of(s);
   const int64_t taps = s.r * s.s;
   const size_t per_channel = static_cast<size_t>(taps) * (sizeof(float) + (gather_stage(k.tune) ? sizeof(T) : 0));

@@ -80,6 +80,7 @@ int sweep_gather(const DirectConvShape& s, int sm_count, const void* a, const vo
   const T* src = static_cast<const T*>(a);
   T* dst = static_cast<T*>(out);
   if (window_width(s) != KS || s.stride_w != SW || vector_for(s.c, kFull, sizeof(T), {src, dst}) != kFull) return -1;
+  if (gather_unroll_rows(TUNE) && s.r != KS) return -1;
   const GatherPick<T> pick = gather_pick<T, kFull, Backward, KS, SW, TUNE>(GatherLaunch{MAX_TX, BLOCKS_PER_SM});
   return static_cast<int>(launch_gather_pick<T>(s, Backward, sm_count, pick, src, static_cast<const T*>(b), dst, stream));
 }
@@ -124,6 +125,9 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   TCA_DW_G("stage nocap (minb1)", gather_tune(4, 1, false, true, 256, 1), 32, 8, 1);
   TCA_DW_G("stage tapsmem minb3", gather_tune(4, 1, true, true, 256, 3), 32, 8, 1);
   TCA_DW_G("stage T128 tx16", gather_tune(4, 1, false, true, 128), 16, 8, 1);
+  TCA_DW_G("stage unroll", gather_tune(4, 1, false, true, 256, 0, true), 32, 8, 1);
+  TCA_DW_G("stage unroll tapsmem", gather_tune(4, 1, true, true, 256, 0, true), 32, 8, 1);
+  TCA_DW_G("stage unroll nocap", gather_tune(4, 1, false, true, 256, 1, true), 32, 8, 1);
   TCA_DW_G("stage tx8", kStage, 8, 8, 0);
   TCA_DW_G("stage bps16", kStage, 32, 16, 0);
   TCA_DW_G("stage grid=all", kStage, 32, 0, 0);
