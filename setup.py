@@ -357,7 +357,7 @@ def compile_kernels(build_temp: str) -> list[str]:
         flags += ["-ccbin", os.environ["CXX"]]
     out_dir = Path(build_temp) / "kernels"
     out_dir.mkdir(parents=True, exist_ok=True)
-    headers = list((ROOT / "csrc" / "kernels").glob("*.h"))
+    headers = [*(ROOT / "csrc" / "kernels").glob("*.h"), *(ROOT / "csrc" / "kernels").glob("*.cuh")]
     objects = []
     for source in sorted((ROOT / "csrc" / "kernels").glob("*.cu")):
         target = out_dir / (source.stem + ".o")

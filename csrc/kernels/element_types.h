@@ -1,8 +1,7 @@
 // Element types the kernel files share (direct_conv.cu, depthwise.cu), written
 // once: the accumulator type of each element type, the conversions to and from
 // it, and the aligned vector a thread loads or stores channels with. CUDA
-// device code: included by the .cu files only. A .h, not a .cuh, because the
-// build rebuilds the kernels when a csrc/kernels/*.h changes.
+// device code: included by the kernel sources only.
 #pragma once
 
 #include <cuda_bf16.h>
