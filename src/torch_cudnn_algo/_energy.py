@@ -120,11 +120,17 @@ class EnergySettings:
 
 @dataclass(frozen=True)
 class EnergyMode:
-    """A mode: ``run`` launches one call; ``context`` (optional) is entered around each of the
-    mode's windows and warm-up turns (a plan in use, flags set)."""
+    """A mode: ``run`` launches ``calls`` calls (one, or a CUDA graph replay of several);
+    ``context`` (optional) is entered around each of the mode's windows and warm-up turns (a
+    plan in use, flags set)."""
 
     run: Callable[[], object]
     context: Callable[[], contextlib.AbstractContextManager] | None = None
+    calls: int = 1  # the calls one run makes (a CUDA graph of many calls): energy is reported per call
+
+    def __post_init__(self) -> None:
+        if isinstance(self.calls, bool) or not isinstance(self.calls, int) or self.calls < 1:
+            raise ValueError(f"EnergyMode.calls must be an integer >= 1, got {self.calls!r}")
 
 
 # -- what is measured through: NVML and the GPU's stream (fakes stand in for them in tests) --------
@@ -289,7 +295,7 @@ class _Runner:
 
 
 def _window(runner: _Runner, meter: Meter, clock: Callable[[], float], settings: EnergySettings,
-            sampler: PowerSampler | None) -> Window:
+            sampler: PowerSampler | None, calls_per_run: int = 1) -> Window:
     """Runs ``runner``'s calls from one counter update to the first update after ``window_s``."""
 
     def next_update(previous: int) -> tuple[int, float, int, object]:
@@ -323,7 +329,7 @@ def _window(runner: _Runner, meter: Meter, clock: Callable[[], float], settings:
         end_mj, end_t, end_calls, end_mark = next_update(last)
     finally:
         runner.timeline.synchronize()  # calls after the window run out, uncounted
-    calls = end_calls - start_calls
+    calls = (end_calls - start_calls) * calls_per_run
     if calls < 1:
         raise _WindowFailed("no call completed within the window: the calls are longer than the window")
     power_j, samples = sampler.joules(start_t, end_t) if sampler is not None else (None, 0)
@@ -390,7 +396,7 @@ def _call_seconds(mode: EnergyMode, timeline: Timeline, clock: Callable[[], floa
     last = timeline.mark()
     timeline.synchronize()
     gpu = timeline.seconds_between(first, last)
-    return max((gpu if gpu else clock() - started) / calls, 1e-7)
+    return max((gpu if gpu else clock() - started) / calls, 1e-7)  # per run
 
 
 def measure_energy(
@@ -479,7 +485,7 @@ def measure_energy(
                     for _ in range(settings.untimed_calls):
                         runner.launch()
                     try:
-                        windows[label].append(_window(runner, meter, clock, settings, sampler))
+                        windows[label].append(_window(runner, meter, clock, settings, sampler, mode.calls))
                     except _WindowFailed as exc:
                         windows[label].append(None)
                         failures[label].append(str(exc))
