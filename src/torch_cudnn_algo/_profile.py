@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,10 +26,10 @@ from typing_extensions import Unpack
 
 from . import _energy, _flags, _ops
 from ._algorithms import DIRECTIONS, KERNELS
-from ._conv_spec import ConvLike, Geometry, TensorLike, as_conv_spec
+from ._conv_spec import ConvLike, ConvSpec, Geometry, TensorLike, as_conv_spec
+from ._energy import EnergySettings
 from ._profile_energy import PROFILE_ENERGY, EnergyRequest, measure_rows_energy
 from ._queries import _direction, _settings, engine_configs
-from ._energy import EnergySettings
 from ._table import ProfileRow, ProfileTable
 
 __all__ = ["Candidate", "list_algorithms", "profile"]
@@ -397,6 +397,30 @@ def profile(
                                             f"measured: {why}; profile without energy (energy=False)")
     return _profile_problem(request, description, warmup=warmup, reps=reps, energy=energy_request,
                             include_stock=include_stock, workspace_limit=workspace_limit, seed=seed)
+
+
+def measure_table_energy(
+    conv: ConvSpec,
+    table: ProfileTable,
+    values: Sequence[int | str],
+    settings: EnergySettings,
+    *,
+    allow_tf32: bool,
+    deterministic: bool,
+    seed: int = 0,
+) -> ProfileTable:
+    """``table`` (a profile of ``conv`` under these settings) with the energy of the candidates
+    ``values`` and of stock's configuration measured (see :func:`profile`'s ``energy``): what
+    ``tune(policy="lowest_energy")`` measures for the few candidates within its time guard."""
+    problem, _ = _ops.conv_request(conv, deterministic, allow_tf32)
+    with torch.cuda.device(torch.device("cuda", problem.device)), _bypass(), \
+            _cudnn_settings(problem.deterministic, problem.allow_tf32):
+        operands = _Operands(problem, seed)
+        rows, info = _measure_energy(operands, list(table.rows), EnergyRequest(settings, values=tuple(values)))
+        del operands
+        torch.cuda.synchronize()
+    return ProfileTable(table.direction, table.convolution, table.dtype, rows,
+                        {**table.environment, "energy": True, "energy_measure": info})
 
 
 def _energy_request(energy: bool | EnergySettings, within: float | None, candidates: int) -> EnergyRequest | None:
