@@ -218,3 +218,29 @@ def test_calls_per_replay_targets_a_few_milliseconds() -> None:
     assert calls_per_replay(5.0) == 1
     assert calls_per_replay(0.0001) == 1000
     assert calls_per_replay(0.0) == 1
+
+
+def test_the_main_jobs_energy_never_raises_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    from torch_cudnn_algo import _energy, _step_timing
+
+    monkeypatch.setattr(_energy, "measure_energy", lambda *a, **k: (_ for _ in ()).throw(
+        EnergyUnavailable("GPU energy cannot be measured: no counter here")))
+    report, why = _step_timing.step_energy(lambda: None, {"stock": contextlib.nullcontext})
+    assert report is None and why == "GPU energy cannot be measured: no counter here"
+    monkeypatch.setattr(_energy, "measure_energy", lambda *a, **k: 1 / 0)
+    report, why = _step_timing.step_energy(lambda: None, {"stock": contextlib.nullcontext})
+    assert report is None and why.startswith("the energy measurement failed (ZeroDivisionError")
+
+
+def test_per_round_joules_keeps_failed_windows_as_none() -> None:
+    from torch_cudnn_algo import _step_timing
+
+    gpu = FakeGpu()
+    report = measure(gpu, {"stock": gpu.mode(100.0, 0.001)})
+    values = _step_timing.per_round_joules(report, "stock")
+    assert len(values) == 3 and all(v is not None and v > 0 for v in values)
+    assert _step_timing.per_round_joules(None, "stock") == []
+    stuck = StuckCounter()
+    assert _step_timing.per_round_joules(measure(stuck, {"s": stuck.mode(1.0, 0.001)}), "s") == [None] * 3
