@@ -7,16 +7,17 @@ one line here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-__all__ = ["energy_per_call", "set_prepare_ahead", "tuner_tolerance"]
+__all__ = ["energy_decisions", "set_prepare_ahead", "tuner_tolerance"]
 
 
-def energy_per_call(run: Callable[[], None], device_index: int, call_ms: float, **options: object) -> float | None:
-    """Joules per call of ``run`` from NVML's energy counter (None where the GPU has none)."""
-    from torch_cudnn_algo import _nvml
+def energy_decisions() -> list[dict[str, object]]:
+    """How the last ``tune(policy="lowest_energy")`` decided each configuration (what was
+    measured, the pick, its energy and time against stock's, the A/A spread), as dicts."""
+    import dataclasses
 
-    return _nvml.energy_per_call(run, device_index, call_ms, **options)
+    from torch_cudnn_algo._tune_energy import energy_decisions as decisions
+
+    return [dataclasses.asdict(decision) for decision in decisions()]
 
 
 def set_prepare_ahead(enabled: bool) -> None:
