@@ -20,17 +20,18 @@ class FakeGpu:
         self.starts: list[float] = []
         self.watts: list[float] = []
         self.cumulative_j: list[float] = []  # energy of the calls up to each call's end
+        self.nominal_s: list[float] = []
         self.temperature = temperature or (lambda elapsed: 40.0)
         self.has_counter, self.has_power = counter, power
         self.power_source = "fake instant power" if power else None
         self.counter_reads = 0
-        self.current: tuple[float, float] | None = None  # (start, watts) of the call running now
+        self.current: tuple[float, float, float] | None = None  # (start, watts, seconds) of the call running now
 
     # -- modes --------------------------------------------------------------
     def mode(self, watts: float, call_s: float) -> Callable[[], None]:
         def run() -> None:
             start = time.perf_counter()
-            self.current = (start, watts)
+            self.current = (start, watts, call_s)
             time.sleep(call_s)
             end = time.perf_counter()
             self.current = None
@@ -38,7 +39,10 @@ class FakeGpu:
             self.starts.append(start)
             self.ends.append(end)
             self.watts.append(watts)
-            self.cumulative_j.append(previous + watts * (end - start))
+            # Each call costs its nominal energy, however long the host's sleep overshot: the
+            # tests' expected joules do not depend on the machine's load.
+            self.cumulative_j.append(previous + watts * call_s)
+            self.nominal_s.append(call_s)
         return run
 
     # -- the meter ----------------------------------------------------------
@@ -50,9 +54,9 @@ class FakeGpu:
         done = self.cumulative_j[index - 1] if index else 0.0
         current = self.current
         if index == len(self.ends) and current is not None and current[0] < t:  # a call in progress at t
-            done += current[1] * (t - current[0])
+            done += current[1] * min(t - current[0], current[2])
         elif index < len(self.starts) and self.starts[index] < t:  # a call that had not ended at t
-            done += self.watts[index] * (t - self.starts[index])
+            done += self.watts[index] * min(t - self.starts[index], self.nominal_s[index])
         return done
 
     def counter_mj(self) -> int | None:

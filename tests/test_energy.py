@@ -37,7 +37,8 @@ def test_joules_per_call_and_ratio_follow_the_power_of_each_mode() -> None:
     # J/call is power x call time: the calls were counted within the window.
     for mode, watts in ((stock, 300.0), (frugal, 240.0)):
         assert mode.j_per_call is not None and mode.ms_per_call is not None
-        assert mode.j_per_call.median == pytest.approx(watts * mode.ms_per_call.median / 1e3, rel=0.1)
+        assert mode.j_per_call.median == pytest.approx(watts * 0.002, rel=0.1)
+        assert mode.ms_per_call.median >= 2.0
         assert mode.j_per_call.min <= mode.j_per_call.median <= mode.j_per_call.max
         assert mode.j_per_call.n == 3
     assert frugal.vs_reference is not None and frugal.vs_reference.median == pytest.approx(0.8, rel=0.06)
@@ -71,12 +72,12 @@ def test_windows_start_and_end_at_counter_updates_and_last_at_least_window_s() -
         assert window.seconds >= FAST.window_s
         assert window.seconds < FAST.window_s + 2 * 0.03 + 0.02  # the next update after window_s, not later
         # Both ends on an update: the counted energy is whole updates of a steady draw.
-        assert window.watts == pytest.approx(200.0, rel=0.1)
+        assert 150.0 < window.watts <= 200.0 * 1.05  # below 200 W by the host's gaps between calls
 
 
 def test_the_second_source_is_integrated_over_each_window_and_agrees_with_the_counter() -> None:
     gpu = FakeGpu()
-    report = measure(gpu, {"a": gpu.mode(250.0, 0.002)})
+    report = measure(gpu, {"a": gpu.mode(250.0, 0.005)})  # long calls: the host's sleep overshoots little
     assert report.power_source == "fake instant power"
     for window in report["a"].measured:
         assert window.power_samples > 10
