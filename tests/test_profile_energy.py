@@ -13,7 +13,7 @@ from torch_cudnn_algo import ProfileRow, ProfileTable
 from torch_cudnn_algo._energy import EnergySettings, measure_energy
 from torch_cudnn_algo._profile_energy import EnergyRequest, measure_rows_energy, selected
 
-SETTINGS = EnergySettings(window_s=0.1, rounds=2, warmup=None, sample_period_s=0.002, counter_timeout_s=0.5)
+SETTINGS = EnergySettings(window_s=0.25, rounds=2, warmup=None, sample_period_s=0.002, counter_timeout_s=0.5)
 WATTS = {None: 300.0, "eng1": 240.0, "eng2": 300.0, "eng3": 200.0, 0: 100.0}
 
 
@@ -67,7 +67,7 @@ def test_rows_get_energy_with_spread_and_ratio_to_stock_per_call_of_the_replays(
     stock, frugal, same = table.row(None), table.row("eng1"), table.row("eng2")
     assert stock.energy_j is not None and stock.energy_vs_stock is None
     assert frugal.energy_min_j <= frugal.energy_j <= frugal.energy_max_j
-    assert frugal.energy_vs_stock == pytest.approx(0.8, rel=0.05)
+    assert frugal.energy_vs_stock == pytest.approx(0.8, rel=0.08)
     assert same.energy_vs_stock == pytest.approx(1.0, abs=0.08)
     assert table.row("eng3").energy_j is None  # 1.5x stock's time: not measured
     # calls_per_replay: 2 calls of stock's 1.0 ms, 3 of eng2's 0.98 ms; energy is per call, not per replay.
