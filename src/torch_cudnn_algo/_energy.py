@@ -506,7 +506,8 @@ def _entered(mode: EnergyMode) -> Iterator[None]:
         yield
 
 
-def graph_replay(run: Callable[[], object], calls: int, warmup_calls: int = 3) -> tuple[Callable[[], None] | None, str | None]:
+def graph_replay(run: Callable[[], object], calls: int,
+                 warmup_calls: int = 3) -> tuple[Callable[[], None] | None, str | None]:
     """``calls`` calls of ``run`` captured in one CUDA graph: (its replay, None), or (None, why
     capture failed). Replaying many short calls as one launch keeps host time out of the
     measurement. ``run`` must be capturable (no host synchronisation, no new cuDNN plan built
@@ -530,7 +531,8 @@ def graph_replay(run: Callable[[], object], calls: int, warmup_calls: int = 3) -
     except Exception as exc:  # noqa: BLE001 - the caller measures eagerly instead, and says why
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()
-        return None, f"CUDA graph capture failed ({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''})"
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"CUDA graph capture failed ({type(exc).__name__}: {first_line})"
     return graph.replay, None
 
 
