@@ -91,8 +91,9 @@ def test_windows_count_the_calls_they_contain():
     for window in report["mm"].measured:
         assert window.seconds >= 1.0
         assert window.calls % 2 == 0
-        # The calls counted ran back to back: their GPU time per call is the events' (host time out).
-        assert window.ms_per_call == pytest.approx(ms, rel=0.1), report.format()
+        # The calls counted ran back to back: their GPU time per call is the events' (host time out;
+        # 15%: a sustained matmul loop may run at lower clocks under the board's power limit).
+        assert window.ms_per_call == pytest.approx(ms, rel=0.15), report.format()
         assert window.j_per_call * window.calls == pytest.approx(window.joules)
 
 
