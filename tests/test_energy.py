@@ -23,7 +23,10 @@ from torch_cudnn_algo._energy import (
 )
 from torch_cudnn_algo._energy_report import Spread, Window, integrate_power
 
-FAST = EnergySettings(window_s=0.15, rounds=3, warmup=None, sample_period_s=0.001, counter_timeout_s=0.5)
+# queue_ahead_s: the simulated calls are synchronous, so it only sets how many run between two counter
+# reads; a short one keeps the windows' ends close to the counter's updates.
+FAST = EnergySettings(window_s=0.15, rounds=3, warmup=None, sample_period_s=0.001, counter_timeout_s=0.5,
+                      queue_ahead_s=0.001)
 
 
 def measure(gpu: FakeGpu, modes: dict, settings: EnergySettings = FAST, **kwargs):
