@@ -14,8 +14,8 @@ class ConvForm:
     name: str
     input_shape: tuple[int, ...]
     weight_shape: tuple[int, ...]
-    stride: int = 1
-    padding: int = 0
+    stride: int | tuple[int, ...] = 1
+    padding: int | tuple[int, ...] = 0
     dilation: int = 1
     groups: int = 1
     transposed: bool = False

@@ -39,6 +39,12 @@ CASES = [
     form("dw3x3_dilated", 2, 16, 16, (12, 12), (3, 3), padding=2, dilation=2, groups=16),
     form("dw_multiplier2", 2, 8, 16, (10, 10), (3, 3), padding=1, groups=8),
     form("dw_batch1", 1, 64, 64, (7, 7), (3, 3), stride=2, padding=1, groups=64),
+    # The depthwise kernels' shapes off their compile-time windows: non-square, stride 3, a
+    # filter wider than 7, and channel counts for each vector width (8, 2 and 1 fp16 channels).
+    form("dw1x7", 2, 40, 40, (9, 23), (1, 7), padding=(0, 3), groups=40),
+    form("dw3x1_stride3", 2, 18, 18, (17, 16), (3, 1), stride=3, padding=(1, 0), groups=18),
+    form("dw9x9s2", 2, 24, 24, (19, 21), (9, 9), stride=2, padding=4, groups=24),
+    form("dw5x5s2_c3", 3, 3, 3, (13, 12), (5, 5), stride=2, padding=2, groups=3),
     form("grouped24", 2, 48, 48, (14, 14), (3, 3), stride=2, padding=1, groups=2),
     form("grouped4", 2, 32, 32, (9, 9), (3, 3), padding=1, groups=8),
     form("grouped16_unpadded", 2, 64, 32, (8, 10), (3, 3), groups=4),

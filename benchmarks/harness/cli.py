@@ -1,7 +1,7 @@
 """The zoo benchmark's command line: stock PyTorch, a tuned plan and the "fastest" policy on real
 networks, written as ``<out>/zoo-<gpu>-<date>.json`` and its markdown ``zoo-<gpu>-<date>.md``.
 
-    python benchmarks/zoo.py [--networks a,b] [--sections first_step,eager,host,gpu,benchmark]
+    python benchmarks/zoo.py [--networks a,b] [--sections first_step,eager,host,gpu,benchmark,fastest_db]
                              [--rounds 16] [--steps 6] [--out benchmarks/results] [--quick]
                              [--child-timeout 240] [--budget-s 510] [--knob-search]
     python benchmarks/zoo.py --merge-only [--out benchmarks/results]      # no GPU needed
@@ -17,7 +17,9 @@ ratio of ours inside its spread is no difference); ``host`` torch.profiler CPU t
 convolution op call, as the step runs and with the GPU drained before every conv module; ``gpu``
 the step's GPU time by CUDA-graph replay (no host time in it), stock heuristics vs ``"fastest"``;
 ``first_step`` the plan children; ``benchmark`` the ``benchmark=True`` child (its search, and its
-picks' GPU time against the tuned plan's in that process). ``--knob-search`` turns
+picks' GPU time against the tuned plan's in that process); ``fastest_db`` two children with the
+three flags ``"fastest"`` from the environment on one empty tuning database, the second run's first
+step against stock's (what the first run kept is all it should need). ``--knob-search`` turns
 ``conv_knob_search`` on in the main child, so the plan and the ``"fastest"`` mode search knobs.
 
 Raw files go to ``<out>/raw/zoo/`` (``raw``); every run ends by merging all raw files of the
@@ -39,7 +41,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .config import CHILD_KINDS, CHILD_RESULT_PREFIX, TUNING_DB_ENV_VAR, LOOP_DEFAULTS, MAIN_SECTIONS, \
+from .config import CHILD_KINDS, CHILD_RESULT_PREFIX, FASTEST_ENV, TUNING_DB_ENV_VAR, LOOP_DEFAULTS, MAIN_SECTIONS, \
     MIN_CHILD_S, PLAN_ENV_VAR, SECTIONS, Settings, names_plan_path
 from .networks import ZOO
 from .raw import merge, raw_dir, raw_path, write_raw
@@ -207,14 +209,21 @@ def run_network(network: str, settings: Settings, budget: Budget, plans: Path) -
     plan_path = plans / f"{network}.plan.json"
     children: list[tuple[str, list[str], dict[str, str]]] = []
     main_parts = [s for s in MAIN_SECTIONS if s in settings.sections]
-    # The main child tunes the plan that the first-step and benchmark children load.
-    if main_parts or "first_step" in settings.sections or "benchmark" in settings.sections:
+    # The main child tunes the plan that the first-step and benchmark children load, and times
+    # stock's first step, which the first-step children compare with.
+    if main_parts or {"first_step", "benchmark", "fastest_db"} & set(settings.sections):
         children.append(("main", ["setup", *main_parts], {}))
     if "first_step" in settings.sections:
         children.append(("plan_first_step", ["first_step"], {PLAN_ENV_VAR: str(plan_path)}))
         children.append(("names_first_step", ["names_first_step"], {PLAN_ENV_VAR: str(names_plan_path(plan_path))}))
     if "benchmark" in settings.sections:
         children.append(("benchmark", ["benchmark"], {}))
+    if "fastest_db" in settings.sections:
+        # "fastest" from the environment twice on one tuning database of the network's own: the
+        # first run tunes and keeps its decisions, the second should start like a plan.
+        fastest = {**dict.fromkeys(FASTEST_ENV, "fastest"), TUNING_DB_ENV_VAR: str(plans / f"{network}-fastest-db")}
+        children.append(("fastest_first_run", ["fastest_first_run"], fastest))
+        children.append(("fastest_second_run", ["fastest_second_run"], fastest))
     for kind, parts, env in children:
         timeout = budget.child_timeout(settings.child_timeout_s)
         if timeout is None:

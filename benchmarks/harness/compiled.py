@@ -195,7 +195,9 @@ def child_env(cache_dir: str) -> dict[str, str]:
 
 
 def measure_network(network: str, compile_modes: Sequence[str], repeats: int, replays: int,
-                    timeout_s: float) -> dict:
+                    timeout_s: float, checkpoint: Callable[[dict], None] = lambda record: None) -> dict:
+    """The network's children in turn; ``checkpoint`` gets the record so far after each one, so a
+    run stopped from outside (max-autotune compiles for minutes) keeps what it measured."""
     record: dict[str, object] = {"name": network, "children": {}}
     with tempfile.TemporaryDirectory(prefix="compiled-") as scratch:
         plan_path = Path(scratch) / "plan.json"
@@ -203,6 +205,7 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
         setup = run_child(["--child", "tune", "--network", network, "--plan-path", str(plan_path)], timeout_s,
                           child_env(os.path.join(scratch, "inductor-tune")))
         record["setup"] = setup
+        checkpoint(record)
         if "error" in setup:
             return record
         for index, child in enumerate(children(compile_modes)):
@@ -213,6 +216,7 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
                                timeout_s, child_env(os.path.join(scratch, f"inductor-{index}")))
             result["child_seconds"] = time.perf_counter() - started
             record["children"][child] = result
+            checkpoint(record)
             progress(f"{network}: {child}: " + (result["error"] if "error" in result else ", ".join(
                 f"{label} {num(ms, 2)} ms" for label, ms in result["median_ms"].items())))
     return record
@@ -323,11 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     report = {"device": env.get("device"), "torch": env.get("torch"), "cudnn": env.get("cudnn"), "date": now_iso()[:10],
               "argv": " ".join(argv if argv is not None else sys.argv[1:]), "compile_modes": modes, "networks": []}
-    for network in networks:
-        report["networks"].append(measure_network(network, modes, args.repeats, args.replays, args.child_timeout))
     stem = args.out / f"compiled-{device_slug(report['device'])}-{report['date']}"
-    write_json(stem.with_suffix(".json"), report)
-    markdown = render(report)
-    stem.with_suffix(".md").write_text(markdown)
-    print(markdown, end="")
+
+    def save(records: list[dict]) -> str:
+        """The report with ``records`` as its networks, written as JSON and markdown."""
+        report["networks"] = records
+        write_json(stem.with_suffix(".json"), report)
+        markdown = render(report)
+        stem.with_suffix(".md").write_text(markdown)
+        return markdown
+
+    done: list[dict] = []
+    for network in networks:
+        done.append(measure_network(network, modes, args.repeats, args.replays, args.child_timeout,
+                                    checkpoint=lambda record: save([*done, record])))
+    print(save(done), end="")
     return 0

@@ -6,15 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-SECTIONS = ("first_step", "eager", "host", "gpu", "benchmark")
+SECTIONS = ("first_step", "eager", "host", "gpu", "benchmark", "fastest_db")
 MAIN_SECTIONS = ("eager", "host", "gpu")  # measured by the main child, in this order (gpu last: see measure_gpu)
 EAGER_MODES = ("stock", "plan", "fastest", "control")  # control: stock again (A/A)
 EAGER_COMPARED = EAGER_MODES[1:]
 REPORTED_MODES = EAGER_MODES[:3]  # the result's eager_ms shape; control goes with the detail
-CHILD_KINDS = ("main", "plan_first_step", "names_first_step", "benchmark")
+CHILD_KINDS = ("main", "plan_first_step", "names_first_step", "benchmark", "fastest_first_run", "fastest_second_run")
 CHILD_RESULT_PREFIX = "ZOO_CHILD_RESULT "  # a child's last stdout line: this, then its result as JSON
 PLAN_ENV_VAR = "TORCH_CUDNN_ALGO_PLAN"
 TUNING_DB_ENV_VAR = "TORCH_CUDNN_ALGO_DB"  # the tuning database (compiled execution plans among its entries)
+# The flags' environment variables: all three "fastest" makes a child decide on the fly, as a user's
+# `TORCH_CUDNN_CONV_FWD_ALGO=fastest python train.py` would.
+FASTEST_ENV = ("TORCH_CUDNN_CONV_FWD_ALGO", "TORCH_CUDNN_CONV_BWD_DATA_ALGO", "TORCH_CUDNN_CONV_BWD_FILTER_ALGO")
 
 WARMUP_STEPS = 3  # after the first step, before tune(): the caching allocator and lazy state settle
 MODE_WARMUP_STEPS = 3  # per mode before the rounds ("fastest" tunes in the first)

@@ -88,7 +88,8 @@ def render(report: dict) -> str:
         "# Our direct kernels against cuDNN's best, layer by layer",
         "",
         f"{env.get('device')}, torch {env.get('torch')}, cuDNN {env.get('cudnn')}, {report['date']}. "
-        f"Command: `python benchmarks/kernels.py --reps {report['reps']}`.",
+        f"Command: `python benchmarks/kernels.py --reps {report['reps']}"
+        + (f" --only {report['only']}" if report.get("only") else "") + "`.",
         "",
         "Median GPU time per call (CUDA events) on the same operands; *cuDNN best* is the fastest of "
         "cuDNN's candidates within the tuner's accuracy rule against float64; *ours/best* > 1 means "
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     args = parser.parse_args(argv)
     report = {"environment": results.environment(), "date": results.now_iso()[:10], "reps": args.reps,
-              "layers": []}
+              "only": args.only, "layers": []}
     stem = f"kernels-{results.device_slug(report['environment']['device'])}-{report['date']}"
     for label, spec in LAYERS:
         if args.only and args.only not in label and args.only not in spec:

@@ -37,7 +37,7 @@ import torch
 import torch_cudnn_algo
 
 from .config import CHILD_RESULT_PREFIX, EAGER_COMPARED, EAGER_MODES, MAIN_SECTIONS, MODE_WARMUP_STEPS, \
-    PLAN_ENV_VAR, UNTIMED_STEPS_AFTER_SWITCH, WARMUP_STEPS, Settings, names_plan_path
+    PLAN_ENV_VAR, TUNING_DB_ENV_VAR, UNTIMED_STEPS_AFTER_SWITCH, WARMUP_STEPS, Settings, names_plan_path
 from .networks import Trainer, build_trainer, loss_of
 from .raw import write_raw
 from .results import environment, error_text, finite, progress, set_progress_label
@@ -364,9 +364,42 @@ def child_benchmark(network: str, settings: Settings, plan_path: Path) -> dict:
     return {"written": ["benchmark"]}
 
 
+def fastest_run(network: str, settings: Settings, part: str) -> dict:
+    """A fresh process with all three flags ``"fastest"`` from the environment, as a user's
+    ``TORCH_CUDNN_CONV_FWD_ALGO=fastest python train.py``, on the tuning database the parent named:
+    empty for the first run, what the first run kept for the second. The first step (where the
+    first run tunes), a second step, and what the process tuned, took from the database and built."""
+    require_extension()
+    flags = {d.flag: getattr(torch.backends.cudnn, d.flag) for d in torch_cudnn_algo.DIRECTIONS.values()}
+    if any(policy != "fastest" for policy in flags.values()):
+        raise RuntimeError(f'the flags should all be "fastest" from the environment, got {flags}')
+    trainer, workload = build_trainer(network, DEVICE)
+    env = environment()
+    warm_up_cuda()
+    first = step_seconds(trainer)
+    tuned_first_step = len(torch_cudnn_algo.tuning_log())
+    second = step_seconds(trainer)
+    database = Path(os.environ[TUNING_DB_ENV_VAR])
+    data = {
+        "workload": workload, "first_step_s": first, "second_step_s": second,
+        "tuned_first_step": tuned_first_step, "tuned": len(torch_cudnn_algo.tuning_log()),
+        "kept_decisions": torch_cudnn_algo._ops.kept_decision_counts(),
+        "execution_plans": torch_cudnn_algo.execution_plan_counts(),
+        "tuning_db_entries": len(torch_cudnn_algo.tuning_db_entries()),
+        "tuning_db_bytes": sum(f.stat().st_size for f in database.rglob("*") if f.is_file()),
+    }
+    progress(f"{part}: first step {first:.2f} s (second {second:.3f} s), tuned {data['tuned']}, "
+             f"execution plans {data['execution_plans']}, database {data['tuning_db_entries']} entries "
+             f"{data['tuning_db_bytes']} bytes")
+    write_raw(settings, network, part, data, env)
+    return {"written": [part]}
+
+
 CHILDREN: dict[str, Callable[[str, Settings, Path], dict]] = {
     "main": child_main, "plan_first_step": child_plan_first_step, "names_first_step": child_names_first_step,
-    "benchmark": child_benchmark}
+    "benchmark": child_benchmark,
+    "fastest_first_run": lambda network, settings, _: fastest_run(network, settings, "fastest_first_run"),
+    "fastest_second_run": lambda network, settings, _: fastest_run(network, settings, "fastest_second_run")}
 
 
 def run_as_child(args: argparse.Namespace, settings: Settings) -> int:

@@ -56,6 +56,7 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
               "benchmark": nested(bench, "gpu", "median_ms", "benchmark"),
               "fastest": nested(gpu, "median_ms", "fastest")}
     names = _ok(parts.get("names_first_step"))
+    fastest_runs = {"first": _ok(parts.get("fastest_first_run")), "second": _ok(parts.get("fastest_second_run"))}
     first_step = {"stock": nested(setup, "first_step_s"), "plan": nested(first, "first_step_s")}
     entry: dict[str, Any] = {
         "name": name,
@@ -110,6 +111,14 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
         "first_step_plan_names_s": nested(names, "first_step_s"),
         "first_step_plan_build_counts": {"plan": nested(first, "plan_build_counts"),
                                          "plan_names": nested(names, "plan_build_counts")},
+        # "fastest" from the environment, twice on one tuning database: what the second run's first
+        # step costs against stock's, and what it tuned and built (the database should hold it all).
+        "fastest_runs": {run: None if record is None else {
+            key: record.get(key) for key in ("first_step_s", "second_step_s", "tuned", "tuned_first_step",
+                                             "kept_decisions", "execution_plans", "tuning_db_entries",
+                                             "tuning_db_bytes")} for run, record in fastest_runs.items()},
+        "fastest_second_run_first_step_over_stock": ratio(nested(fastest_runs["second"], "first_step_s"),
+                                                          first_step["stock"]),
         "benchmark_second_step_s": nested(bench, "second_step_s"),
         "fastest_policy_tuning_s": nested(setup, "modes", "fastest", "tuning_s"),
         "plan_file_bytes": nested(setup, "plan_file_bytes"),

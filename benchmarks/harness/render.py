@@ -29,6 +29,15 @@ def _first_step_row(net: dict) -> list[str]:
             num(net.get("first_step_plan_over_stock"), 2), num(net.get("benchmark_search_s"), 2)]
 
 
+def _fastest_runs_row(net: dict) -> list[str]:
+    first, second = nested(net, "fastest_runs", "first") or {}, nested(net, "fastest_runs", "second") or {}
+    built = nested(second, "execution_plans", "built")
+    return [trio([nested(net, "first_step_s", "stock"), first.get("first_step_s"), second.get("first_step_s")], 2),
+            num(net.get("fastest_second_run_first_step_over_stock"), 2),
+            f"{num(second.get('tuned'), 0)} / {num(built, 0)}",
+            f"{num(first.get('tuning_db_entries'), 0)} / {num(first.get('tuning_db_bytes'), 0)}"]
+
+
 def _tuning_row(net: dict) -> list[str]:
     return [num(net.get("tune_s"), 2), num(net.get("benchmark_search_s"), 2),
             num(net.get("tune_over_benchmark_search"), 3), num(net.get("plan_entries"), 0)]
@@ -69,6 +78,16 @@ TABLES: Sequence[tuple[str, str, tuple[str, ...], Row, Callable[[dict], bool]]] 
      "plans (`plan`). `benchmark=True`: the first step of stock's search, for comparison.",
      ("first step s stock / choices / plan", "plan / stock", "benchmark=True first step s"),
      _first_step_row, lambda net: any(v is not None for v in (net.get("first_step_s") or {}).values())),
+    ("`\"fastest\"` run twice on one tuning database",
+     "Two fresh processes with `TORCH_CUDNN_CONV_{FWD,BWD_DATA,BWD_FILTER}_ALGO=fastest` in the environment "
+     "and one tuning database (`TORCH_CUDNN_ALGO_DB`), empty before the first: the first run's first step "
+     "tunes every configuration and keeps its decisions, the second run's should take them all from the "
+     "database. First-step wall time against stock heuristics' (the main child's); what the second run tuned "
+     "and built (execution plans compiled or built from cuDNN's heuristics rather than loaded); the database "
+     "after the first run.",
+     ("first step s stock / fastest first run / second run", "second run / stock",
+      "second run: tuned / built", "database entries / bytes"),
+     _fastest_runs_row, lambda net: any(nested(net, "fastest_runs", run) for run in ("first", "second"))),
     ("Tuning time",
      "`tune()` on the network's training step (one forward and backward collected, every convolution "
      "timed), against stock `benchmark=True`'s search (its first step in a fresh process). `plan entries`: "
@@ -132,5 +151,7 @@ def summary(report: dict) -> dict[str, float | None]:
         "plan_vs_benchmark_gpu": median([nested(n, "gpu_speedup_plan_vs_benchmark_same_process", "median") for n in nets]),
         "fastest_vs_heuristics_gpu": median([nested(n, "gpu_speedup_fastest", "vs_heuristics") for n in nets]),
         "first_step_plan_over_stock": median([n.get("first_step_plan_over_stock") for n in nets]),
+        "fastest_second_run_first_step_over_stock": median([n.get("fastest_second_run_first_step_over_stock")
+                                                            for n in nets]),
         "tune_over_benchmark_search": median([ratio(n.get("tune_s"), n.get("benchmark_search_s")) for n in nets]),
     }

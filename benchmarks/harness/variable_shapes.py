@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from .cli import child_environment, parse_child_output
-from .config import CHILD_RESULT_PREFIX
+from .config import CHILD_RESULT_PREFIX, FASTEST_ENV
 from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, write_json
 from .stats import num
 
@@ -42,7 +42,6 @@ SCRIPT = REPO_ROOT / "benchmarks" / "variable_shapes.py"
 WORKLOADS = ("detection", "audio")
 MODES = ("stock", "benchmark", "fastest_empty", "fastest_second")
 SHAPES = 24  # distinct shapes per workload: "tens", as a detection loader gives
-FASTEST_ENV = ("TORCH_CUDNN_CONV_FWD_ALGO", "TORCH_CUDNN_CONV_BWD_DATA_ALGO", "TORCH_CUDNN_CONV_BWD_FILTER_ALGO")
 
 
 def shapes(workload: str) -> list[tuple[int, ...]]:

@@ -12,9 +12,11 @@
 // - finish: adds the partials of each weight element in slice order, so the
 //   result is the same on every run (deterministic).
 // Grouped convolutions of 8 to 64 channels a group (fp16/bf16, NHWC) run
-// instead as tensor-core GEMMs where they can: grouped_mma.cu.
+// instead as tensor-core GEMMs where they can: grouped_mma.cu; depthwise
+// convolutions in NHWC (fp16, bf16, fp32) run depthwise.cu's kernels.
 #include "kernels/direct_conv.h"
 
+#include "kernels/depthwise.h"
 #include "kernels/direct_common.h"
 #include "kernels/grouped_mma.h"
 
@@ -572,6 +574,12 @@ DirectLaunch prepare_direct_conv(const DirectConvShape& s, DirectDType dtype, Di
   l.dtype = dtype;
   l.direction = direction;
   l.sm_count = sm_count;
+  l.depthwise = depthwise_applies(s, dtype, direction);
+  if (l.depthwise) {
+    // Its own index widths (64-bit row bases): wide_index does not apply.
+    l.workspace_bytes = depthwise_workspace_bytes(s, dtype, direction, sm_count);
+    return l;
+  }
   l.refusal = refusal_of(s, dtype, direction);
   if (!l.refusal.empty()) return l;
   l.workspace_bytes = workspace_of(s, dtype, direction, sm_count);
@@ -585,6 +593,8 @@ DirectLaunch prepare_direct_conv(const DirectConvShape& s, DirectDType dtype, Di
 
 int launch_direct_conv(const DirectLaunch& l, const void* a, const void* b, void* out, void* workspace,
                        CUstream_st* stream) {
+  if (l.depthwise)
+    return launch_depthwise(l.shape, l.dtype, l.direction, l.sm_count, a, b, out, workspace, stream);
   switch (l.dtype) {
     case DirectDType::kHalf: return launch_indexed<__half>(l, a, b, out, workspace, stream);
     case DirectDType::kBFloat16: return launch_indexed<__nv_bfloat16>(l, a, b, out, workspace, stream);

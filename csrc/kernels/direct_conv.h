@@ -46,6 +46,7 @@ struct DirectLaunch {
   // are added in a fixed order, no atomics.
   size_t workspace_bytes = 0;
   bool wide_index = false;  // 64-bit index arithmetic: a tensor of 2^31 elements or more
+  bool depthwise = false;   // the depthwise kernels run it (depthwise.h)
 };
 
 DirectLaunch prepare_direct_conv(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,

@@ -3,6 +3,7 @@ children run which variants, the ratios across children, and the rendered tables
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -66,3 +67,24 @@ def test_command_line_refuses_unknown_networks_and_modes(capsys: pytest.CaptureF
         with pytest.raises(SystemExit):
             compiled.main(argv)
         assert "networks are" in capsys.readouterr().err
+
+
+def test_each_child_is_saved_as_it_ends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A run stopped from outside keeps the children that ended: the result files are written after
+    each one, and a network with only some children renders."""
+    results = iter([{"tune_s": 1.0}, {"median_ms": {"eager stock": 10.0, "eager plan": 9.0}}])
+
+    def fake_child(argv: list[str], timeout_s: float, env: dict) -> dict:
+        if "default" in argv:
+            raise KeyboardInterrupt  # the outer timeout, in the middle of the default child
+        return next(results)
+
+    monkeypatch.setattr(compiled, "run_child", fake_child)
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0",
+                                                          "cudnn": "9.19.0"})
+    with pytest.raises(KeyboardInterrupt):
+        compiled.main(["--networks", "regnety_016", "--compile-modes", "default", "--out", str(tmp_path)])
+    (saved,) = tmp_path.glob("compiled-*.json")
+    network = json.loads(saved.read_text())["networks"][0]
+    assert network["setup"] == {"tune_s": 1.0} and list(network["children"]) == ["eager"]
+    assert "| regnety_016 | eager | 10.00 | 9.00 |" in saved.with_suffix(".md").read_text()

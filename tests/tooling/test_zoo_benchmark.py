@@ -68,6 +68,14 @@ def write_parts(out: Path, network: str, device: str = GPU, measured: str = "202
                               "median_ms": {"benchmark": 14.5, "plan": 13.3},
                               "ratio": {"plan": stats.ratio_summary([14.4, 14.6], [12.0, 14.6])},
                               "energy_j_per_step": {"benchmark": 7.1, "plan": 6.9}, "errors": {}}},
+        "fastest_first_run": {"first_step_s": 9.0, "second_step_s": 0.05, "tuned": 68, "tuned_first_step": 68,
+                              "kept_decisions": {"kept": 0, "tuned": 68}, "tuning_db_entries": 136,
+                              "tuning_db_bytes": 2_000_000,
+                              "execution_plans": {"built": 68, "deserialized": 0, "deserialize_failed": 0}},
+        "fastest_second_run": {"first_step_s": 0.8, "second_step_s": 0.05, "tuned": 0, "tuned_first_step": 0,
+                               "kept_decisions": {"kept": 68}, "tuning_db_entries": 136,
+                               "tuning_db_bytes": 2_000_000,
+                               "execution_plans": {"built": 0, "deserialized": 68, "deserialize_failed": 0}},
     }
     for part, data in parts.items():
         if part in skip:
@@ -243,12 +251,14 @@ def test_markdown_tables(tmp_path: Path) -> None:
     assert eager[:2] == ["21.00 / 20.00 / 21.00", "1.053 (1.00–1.10)"]  # medians; per-round ratio
     assert eager[3] == "1.000 (0.91–1.05)"  # stock/control: the A/A spread
     assert table_rows(markdown, "Host time per convolution call")["resnet50_amp"][0] == "81.0 / 71.0"
+    fastest = table_rows(markdown, '`"fastest"` run twice on one tuning database')["resnet50_amp"]
+    assert fastest == ["4.00 / 9.00 / 0.80", "0.20", "0 / 0", "136 / 2000000"]
 
 
 def test_sections_not_measured_leave_their_tables_out(tmp_path: Path) -> None:
     """What `zoo.py --sections gpu,first_step,benchmark` writes: the GPU-time, first-step and tuning
     tables, no eager or host table."""
-    write_parts(tmp_path, "dcgan_generator", skip=("eager", "host"))
+    write_parts(tmp_path, "dcgan_generator", skip=("eager", "host", "fastest_first_run", "fastest_second_run"))
     markdown = render.render_markdown(raw.merge(tmp_path))
     titles = [line[3:] for line in markdown.splitlines() if line.startswith("## ")]
     assert titles == ["GPU time per training step", "First step of a fresh process", "Tuning time",
@@ -272,7 +282,8 @@ def test_kept_results_render(tmp_path: Path) -> None:
         markdown = render.render_markdown(report)
         assert markdown.startswith("# Zoo:") and "## " in markdown
         assert set(render.summary(report)) == {"plan_vs_benchmark_gpu", "fastest_vs_heuristics_gpu",
-                                               "first_step_plan_over_stock", "tune_over_benchmark_search"}
+                                               "first_step_plan_over_stock", "tune_over_benchmark_search",
+                                               "fastest_second_run_first_step_over_stock"}
 
 
 def test_result_keeps_the_headline_shape_and_adds_the_detail(tmp_path: Path) -> None:
@@ -285,6 +296,9 @@ def test_result_keeps_the_headline_shape_and_adds_the_detail(tmp_path: Path) -> 
     assert net["first_step_plan_names_s"] == 3.0
     assert net["first_step_plan_build_counts"]["plan"]["deserialized"] == 68
     assert net["first_step_plan_build_counts"]["plan_names"]["built"] == 68
+    assert net["fastest_runs"]["second"]["tuned"] == 0
+    assert net["fastest_runs"]["second"]["execution_plans"]["deserialized"] == 68
+    assert net["fastest_second_run_first_step_over_stock"] == pytest.approx(0.2)
 
 
 def test_choices_only_plan_keeps_choices_and_drops_execution_plans() -> None:
@@ -334,6 +348,23 @@ def test_benchmark_section_alone_runs_the_main_child_that_tunes_its_plan(tmp_pat
     s = cli.settings_from(cli.build_parser().parse_args(["--sections", "benchmark", "--out", str(tmp_path)]))
     assert cli.run_network("dcgan_generator", s, cli.Budget(None), tmp_path)
     assert ran == [("main", ["setup"]), ("benchmark", ["benchmark"])]
+
+
+def test_fastest_db_section_runs_fastest_twice_on_one_database_of_its_own(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both runs see all three flags "fastest" and the same database, one that tune() in the main
+    child never wrote to; stock's first step comes from the main child."""
+    ran: list[tuple[str, list[str], dict[str, str]]] = []
+    monkeypatch.setattr(cli, "run_child", lambda kind, network, parts, settings, timeout, plan_path, env=None:
+                        ran.append((kind, parts, env or {})) or {})
+    s = cli.settings_from(cli.build_parser().parse_args(["--sections", "fastest_db", "--out", str(tmp_path)]))
+    assert cli.run_network("dcgan_generator", s, cli.Budget(None), tmp_path)
+    assert [(kind, parts) for kind, parts, _ in ran] == [
+        ("main", ["setup"]), ("fastest_first_run", ["fastest_first_run"]), ("fastest_second_run", ["fastest_second_run"])]
+    first, second = ran[1][2], ran[2][2]
+    assert first == second
+    assert all(first[name] == "fastest" for name in config.FASTEST_ENV)
+    assert first[config.TUNING_DB_ENV_VAR] == str(tmp_path / "dcgan_generator-fastest-db")
 
 
 def test_gpu_drained_hooks_wait_before_every_conv_and_come_off(monkeypatch: pytest.MonkeyPatch) -> None:
