@@ -319,12 +319,14 @@ def test_summary_table_with_fake_numbers() -> None:
     header = lines[1].split()
     assert header[:3] == ["mode", "wall", "ms/step"] and "J/step" in header and "decide" in header
     row = next(line for line in lines if line.startswith("  stock heuristics "))
-    assert row.split()[2:] == ["21.00", "(20.00-22.00)", "14.00", "(14.00-14.20)", "5.00", "4.200", "-"]
+    assert row.split()[2:] == ["21.00", "(20.00-22.00)", "14.00", "(14.00-14.20)", "5.00", "4.200",
+                               "(4.000-4.400)", "-"]
     row = next(line for line in lines if line.startswith(f"  {cli.BENCHMARK_LABEL} "))
-    assert row.split()[4:] == ["21.00", "(20.50-21.50)", "13.80", "(13.80-13.80)", "4.80", "4.200", "16.0",
-                               "(first", "step)"]
+    assert row.split()[4:] == ["21.00", "(20.50-21.50)", "13.80", "(13.80-13.80)", "4.80", "4.200",
+                               "(4.200-4.200)", "16.0", "(first", "step)"]
     row = next(line for line in lines if line.startswith("  tuned plan (fastest) "))
-    assert row.split()[3:] == ["20.00", "(20.00-20.00)", "14.00", "(12.50-14.20)", "4.00", "4.000", "2.0", "(tune())"]
+    assert row.split()[3:] == ["20.00", "(20.00-20.00)", "14.00", "(12.50-14.20)", "4.00", "4.000",
+                               "(4.000-4.000)", "2.0", "(tune())"]
     # vs stock heuristics: per-round ratios (same rounds); vs benchmark=True: ratios of medians.
     row = next(line for line in lines if line.startswith("  stock heuristics (per round) "))
     assert row.split()[4:] == ["1.050", "(1.000-1.100)", "1.000", "(1.000-1.120)", "1.250", "(1.250-1.250)",
@@ -336,6 +338,21 @@ def test_summary_table_with_fake_numbers() -> None:
     # Rows line up: every cell of a full row ends in the same column as its header's.
     table = [line for line in lines[1:6]]
     assert len({len(line) for line in table[2:]}) == 1
+
+
+def test_summary_shows_the_aa_control_beside_the_energy() -> None:
+    stock, bench, tuned = summary_rows()
+    aa = cli.StepRow("stock heuristics (A/A, energy only)", {"energy_j": [4.4, 4.1, 4.2]})
+    text = cli.format_summary(stock, bench, tuned, rounds=3, steps=20, aa=aa,
+                              energy_summary="NVML energy counter, 2.0 s windows x 3 rounds")
+    lines = text.splitlines()
+    row = next(line for line in lines if line.startswith("  stock heuristics (A/A, energy only) "))
+    assert row.split()[5:] == ["-", "-", "-", "4.200", "(4.100-4.400)", "-"]
+    row = next(line for line in lines if line.startswith("  stock heuristics A/A (per round) "))
+    # stock / A/A per round: 4.4/4.4, 4.0/4.1 (the round where stock has None is left out)
+    assert row.split()[5:] == ["-", "-", "-", "0.988", "(0.976-1.000)", "-"]
+    assert "its own process, against its own A/A" in " ".join(lines)
+    assert lines[-1] == "energy: NVML energy counter, 2.0 s windows x 3 rounds"
 
 
 def test_summary_without_benchmark_or_energy() -> None:
@@ -351,6 +368,7 @@ def test_summary_without_benchmark_or_energy() -> None:
     row = next(line for line in lines if line.startswith("  stock heuristics "))
     assert row.split()[-2:] == ["n/a", "-"]
     assert "(n/a: this GPU or driver has no counter)" in " ".join(lines)
+    assert not any("A/A (per round)" in line for line in lines)
 
 
 def test_energy_note_says_why_energy_is_missing() -> None:
@@ -360,3 +378,29 @@ def test_energy_note_says_why_energy_is_missing() -> None:
         " (n/a: this GPU or driver has no counter)"
     assert "did not update often enough" in cli._energy_note(on, {"stock": {"energy_j": [None]}, "tuned": {"energy_j": [None]}})
     assert cli._energy_note(off, {"stock": {"energy_j": []}}) == " (n/a: --no-energy)"
+    why = "GPU energy cannot be measured: this GPU or driver offers no total-energy counter"
+    assert cli._energy_note(on, {"stock": {"energy_j": []}}, why) == f" (n/a: {why})"
+
+
+def test_energy_options_of_profile_and_tune() -> None:
+    parser = cli.build_parser()
+    prof = parser.parse_args(["profile", CONV])
+    assert (prof.energy, prof.energy_within, prof.energy_candidates, prof.energy_window_s, prof.energy_rounds,
+            prof.energy_plot) == (False, 0.10, 6, 1.0, 3, None)
+    prof = parser.parse_args(["profile", CONV, "--energy", "--energy-within", "0.05", "--energy-plot", "e.png"])
+    assert (prof.energy, prof.energy_within, prof.energy_plot) == (True, 0.05, "e.png")
+    args = tune_args()
+    assert (args.time_guard, args.energy_budget_s, args.energy_window_s, args.energy_rounds) == (0.02, 300.0, 2.0, 5)
+    child = _benchmark_child.child_arguments(tune_args("--energy-window-s", "3", "--energy-rounds", "4"))
+    assert child[-4:] == ["--energy-window-s", "3.0", "--energy-rounds", "4"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["profile", CONV, "--energy-plot", "e.png"], "--energy-plot needs --energy"),
+    (["profile", CONV, "--energy", "--energy-within", "-1"], "--energy-within must be >= 0"),
+    (["tune", "--time-guard", "-0.1"], "--time-guard must be >= 0"),
+    (["tune", "--energy-rounds", "0"], "--energy-rounds must be >= 1"),
+])
+def test_bad_energy_options_are_one_line_errors(argv: list[str], message: str, capsys) -> None:
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -72,3 +72,32 @@ def test_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match=r"torch-cudnn-algo\[plot\]"):
         plot_profile(_table(), tmp_path / "p.png")
+
+
+# -- profile --energy-plot ---------------------------------------------------
+
+def _energy_table() -> ProfileTable:
+    return ProfileTable("fwd", "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd", "float16", [
+        ProfileRow("eng0_k2=1", "heuristics_a", "ok", 0.55, 0, True, (), 1e-4, 0.021, 0.0205, 0.0212, 0.97),
+        ProfileRow("eng62_k2=1", "heuristics_a", "ok", 0.50, 0, True, (), 1e-4, 0.020, 0.0199, 0.0203, 0.92),
+        ProfileRow(1, "IMPLICIT_PRECOMP_GEMM", "ok", 0.9, 0, True, (), 1e-4),  # time only: not plotted
+        ProfileRow(None, "stock", "ok", 0.52, None, None, (), 1e-4, 0.0217, 0.0215, 0.022),
+    ], {"energy_measure": {"resolution": 0.008, "summary": "s"}})
+
+
+@pytest.mark.filterwarnings("error")
+def test_energy_plot_writes_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from torch_cudnn_algo._plot import plot_profile_energy
+
+    path = tmp_path / "energy.png"
+    plot_profile_energy(_energy_table(), path)
+    assert path.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_energy_plot_without_energy_raises(tmp_path: Path) -> None:
+    from torch_cudnn_algo._plot import plot_profile_energy
+
+    with pytest.raises(ValueError, match=r"no row has an energy reading \(profile with energy=True, or --energy\)"):
+        plot_profile_energy(_table(), tmp_path / "p.png")
+    assert not (tmp_path / "p.png").exists()

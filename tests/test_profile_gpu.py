@@ -98,12 +98,15 @@ def test_profile_has_a_row_per_candidate_and_returns_memory(direction):
 
 
 def test_profile_reports_energy_where_nvml_has_a_counter():
-    if torch_cudnn_algo._nvml.energy_counter(torch.cuda.current_device()) is None:
-        pytest.fail("NVML offers no energy counter for this GPU; the test needs one")
+    if torch_cudnn_algo.energy_unavailable() is not None:
+        pytest.fail(f"energy cannot be measured here ({torch_cudnn_algo.energy_unavailable()}); the test needs it")
+    settings = torch_cudnn_algo.EnergySettings(window_s=0.5, rounds=2, warmup=None)
     table = torch_cudnn_algo.profile("fwd", "32x64x28x28 float16 channels_last", "64x64x3x3 float16 channels_last",
-                                     padding=1, reps=5)
-    energies = [r.energy_j for r in table if r.ok]
-    assert energies and all(e is not None and 0 < e < 10 for e in energies), energies
+                                     padding=1, reps=5, energy=settings, energy_within=None, energy_candidates=2)
+    energies = [r.energy_j for r in table if r.energy_j is not None]
+    assert len(energies) == 3 and all(0 < e < 10 for e in energies), str(table)  # stock and 2 candidates
+    # Without energy=..., none is measured: it costs seconds per candidate.
+    assert all(r.energy_j is None for r in torch_cudnn_algo.profile("fwd", INPUT, WEIGHT, **CONV, reps=3))
 
 
 def test_out_of_memory_marks_the_candidate_and_profiling_goes_on(monkeypatch):

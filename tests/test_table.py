@@ -28,7 +28,8 @@ def rows() -> list[ProfileRow]:
     return [
         ProfileRow(0, "IMPLICIT_GEMM", "ok", 0.91, 0, True, ("TENSOR_OP_MATH",), 2.4e-4, 0.5),
         ProfileRow(2, "GEMM", "unsupported: cuDNN does not support it", notes=("TENSOR_OP_MATH",)),
-        ProfileRow(ENGINE_A, "heuristics_a", "ok", 0.30, 4 << 20, True, ("TENSOR_CORE",), 2.5e-4, 0.03),
+        ProfileRow(ENGINE_A, "heuristics_a", "ok", 0.30, 4 << 20, True, ("TENSOR_CORE",), 2.5e-4, 0.03,
+                   energy_min_j=0.0295, energy_max_j=0.0304, energy_vs_stock=0.968),
         ProfileRow(ENGINE_B, "heuristics_b", "ok", 0.25, 1536, False, ("TENSOR_CORE", "NONDETERMINISTIC"),
                    2.6e-4, None),
         ProfileRow("eng1", "fallback", "over workspace limit", workspace=1 << 30, deterministic=True),
@@ -45,13 +46,13 @@ class TestTablePrinting(expecttest.TestCase):
     def test_seed_style_table(self):
         self.assertExpectedInline(str(table()), """\
 cuDNN fwd candidates for conv2d: input [8, 64, 56, 56] torch.float16 channels_last
-flag value              source         time ms  vs stock  workspace  determ.  max rel err  energy J  notes                         status
-eng65_k2=7_k13=1        heuristics_b    0.2500     0.81x    1.5 KiB  no           2.6e-04         -  TENSOR_CORE,NONDETERMINISTIC  ok
-eng62_k2=1_k13=1_k18=0  heuristics_a    0.3000     0.97x    4.0 MiB  yes          2.5e-04      0.03  TENSOR_CORE                   ok
-None (stock)            stock           0.3100     1.00x          -  -            2.5e-04     0.031                                ok
-0                       IMPLICIT_GEMM   0.9100     2.94x          0  yes          2.4e-04       0.5  TENSOR_OP_MATH                ok
-2                       GEMM                 -         -          -  -                  -         -  TENSOR_OP_MATH                unsupported: cuDNN does not support it
-eng1                    fallback             -         -   1.00 GiB  yes                -         -                                over workspace limit""")
+flag value              source         time ms  vs stock  workspace  determ.  max rel err      J/call (min-max)  J vs stock  notes                         status
+eng65_k2=7_k13=1        heuristics_b    0.2500     0.81x    1.5 KiB  no           2.6e-04                     -           -  TENSOR_CORE,NONDETERMINISTIC  ok
+eng62_k2=1_k13=1_k18=0  heuristics_a    0.3000     0.97x    4.0 MiB  yes          2.5e-04  0.03 (0.0295-0.0304)      0.968x  TENSOR_CORE                   ok
+None (stock)            stock           0.3100     1.00x          -  -            2.5e-04                 0.031           -                                ok
+0                       IMPLICIT_GEMM   0.9100     2.94x          0  yes          2.4e-04                   0.5           -  TENSOR_OP_MATH                ok
+2                       GEMM                 -         -          -  -                  -                     -           -  TENSOR_OP_MATH                unsupported: cuDNN does not support it
+eng1                    fallback             -         -   1.00 GiB  yes                -                     -           -                                over workspace limit""")
 
 
 def test_rows_are_sorted_by_time_and_failures_keep_their_order():
@@ -175,3 +176,59 @@ def test_tensor_descriptions(text, spec):
 def test_bad_tensor_descriptions(text, message):
     with pytest.raises(ValueError, match=message):
         TensorSpec.parse(text)
+
+
+# -- the "lowest_energy" policy ------------------------------------------------
+
+def energy_table(*candidates: ProfileRow, resolution: float | None = None) -> ProfileTable:
+    stock = ProfileRow(None, "stock", "ok", 1.0, None, None, (), 1e-4, 1.0)
+    environment = {} if resolution is None else {"energy_measure": {"resolution": resolution, "summary": "s"}}
+    return ProfileTable("fwd", "conv", "float16", [stock, *candidates], environment)
+
+
+def energy_row(value: str, time_ms: float, vs_stock: float | None, joules: float | None = None) -> ProfileRow:
+    joules = vs_stock if joules is None else joules
+    return ProfileRow(value, "heuristics_a", "ok", time_ms, 0, True, (), 1e-4, joules, energy_vs_stock=vs_stock)
+
+
+def test_lowest_energy_picks_the_least_energy_within_the_time_guard():
+    frugal_slow = energy_row("eng1", 1.05, 0.80)  # 5% slower than stock: outside the default 2% guard
+    frugal = energy_row("eng2", 1.01, 0.90)
+    fast = energy_row("eng3", 0.95, 0.97)
+    t = energy_table(frugal_slow, frugal, fast)
+    assert t.pick("lowest_energy").value == "eng2"
+    assert t.pick("lowest_energy", time_guard=0.06).value == "eng1"
+    assert t.pick("lowest_energy", time_guard=0.0).value == "eng3"
+
+
+def test_lowest_energy_keeps_stock_unless_the_saving_is_resolved():
+    tiny = energy_row("eng2", 1.0, 0.995)  # 0.5%: below the 1% minimum saving
+    assert energy_table(tiny).pick("lowest_energy") is None
+    assert energy_table(tiny).pick("lowest_energy", min_saving=0.0).value == "eng2"
+    frugal = energy_row("eng2", 1.0, 0.90)
+    assert energy_table(frugal, resolution=0.05).pick("lowest_energy").value == "eng2"
+    # The A/A control spread 12%: a 10% difference is not resolved.
+    assert energy_table(frugal, resolution=0.12).pick("lowest_energy") is None
+
+
+def test_lowest_energy_ignores_unmeasured_rows_and_compares_medians_without_per_round_ratios():
+    unmeasured = ProfileRow("eng5", "heuristics_a", "ok", 0.5, 0, True, (), 1e-4)
+    assert energy_table(unmeasured).pick("lowest_energy") is None
+    by_medians = energy_row("eng2", 1.0, None, joules=0.9)  # stock's J/call is 1.0
+    assert energy_table(by_medians).pick("lowest_energy").value == "eng2"
+
+
+def test_lowest_energy_rejects_bad_bounds():
+    with pytest.raises(ValueError, match="time_guard must be a fraction >= 0"):
+        energy_table().pick("lowest_energy", time_guard=-0.1)
+    with pytest.raises(ValueError, match=r"min_saving must be a fraction in \[0, 1\)"):
+        energy_table().pick("lowest_energy", min_saving=1.5)
+
+
+def test_the_energy_measurement_summary_is_the_tables_last_line():
+    t = energy_table(energy_row("eng2", 1.0, 0.9))
+    t.environment["energy_measure"] = {"summary": "NVML energy counter, 1.0 s windows x 3 rounds", "resolution": 0.01}
+    assert str(t).splitlines()[-1] == "energy: NVML energy counter, 1.0 s windows x 3 rounds"
+    round_trip = ProfileTable.from_json(t.to_json())
+    assert round_trip.row("eng2").energy_vs_stock == 0.9
+    assert ProfileTable.from_csv(t.to_csv()).row("eng2").energy_vs_stock == 0.9

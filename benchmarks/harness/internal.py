@@ -7,9 +7,7 @@ one line here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-__all__ = ["decision_counts", "energy_per_call", "own_kernels_built", "set_prepare_ahead", "tuner_tolerance"]
+__all__ = ["decision_counts", "energy_decisions", "own_kernels_built", "set_prepare_ahead", "tuner_tolerance"]
 
 
 def decision_counts() -> dict[str, object]:
@@ -24,11 +22,14 @@ def decision_counts() -> dict[str, object]:
             "tuning_db_entries": len(torch_cudnn_algo.tuning_db_entries())}
 
 
-def energy_per_call(run: Callable[[], None], device_index: int, call_ms: float, **options: object) -> float | None:
-    """Joules per call of ``run`` from NVML's energy counter (None where the GPU has none)."""
-    from torch_cudnn_algo import _nvml
+def energy_decisions() -> list[dict[str, object]]:
+    """How the last ``tune(policy="lowest_energy")`` decided each configuration (what was
+    measured, the pick, its energy and time against stock's, the A/A spread), as dicts."""
+    import dataclasses
 
-    return _nvml.energy_per_call(run, device_index, call_ms, **options)
+    from torch_cudnn_algo._tune_energy import energy_decisions as decisions
+
+    return [dataclasses.asdict(decision) for decision in decisions()]
 
 
 def own_kernels_built() -> bool:

@@ -201,8 +201,7 @@ def measure_gpu(trainer: Trainer, modes: dict[str, Callable[[], contextlib.Abstr
     return {"method": {label: "graph" if label in graphs else "events" for label in modes},
             "repeats_ms": repeats, "median_ms": medians,
             "ratio": {label: ratio_summary(repeats[labels[0]], repeats[label]) for label in labels[1:]},
-            "energy_j_per_step": {label: energy_j_per_step(graphs[label], medians[label]) if label in graphs
-                                  else None for label in modes},
+            "energy_j_per_step": energy_j_per_step(graphs, list(modes)),
             "errors": errors,
             "step": "fwd + bwd + GradScaler unscale_/update + SGD step (the optimizer step unconditional: "
                     "GradScaler's inf check on the host cannot be captured)"}

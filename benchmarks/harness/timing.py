@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 import torch
 
 from .config import GRAPH_WARMUP_STEPS
-from .internal import energy_per_call
 from .networks import Trainer
 from .results import error_text, progress
 
@@ -21,7 +20,15 @@ DEVICE = "cuda"
 CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
 CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
                 torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
-ENERGY_COUNTER_UPDATES = 3  # NVML's counter moves every ~100 ms on an H100
+
+def _zoo_energy():
+    import torch_cudnn_algo
+
+    # The zoo's GPU section: a short energy check beside the times (1 s windows, 3 rounds, a
+    # warm-up of at most 20 s); benchmarks/energy.py measures energy in full.
+    return torch_cudnn_algo.EnergySettings(window_s=1.0, rounds=3, warmup=torch_cudnn_algo.WarmupRule(max_s=20.0))
+
+
 
 def capture_step(warm_up_step: Callable[[], None], body: Callable[[], None],
                  zero_grad: Callable[[], None], warmup_steps: int,
@@ -190,13 +197,20 @@ def events_ms(trainer: Trainer, steps: int) -> float:
     return start.elapsed_time(end) / steps
 
 
-def energy_j_per_step(graph: torch.cuda.CUDAGraph, step_ms: float | None) -> float | None:
-    """Joules per replayed step from NVML's energy counter; None where it is not offered."""
-    if step_ms is None:
-        return None
+def energy_j_per_step(graphs: dict[str, torch.cuda.CUDAGraph], labels: list[str]) -> dict[str, float | None]:
+    """Joules per replayed step of each graph, the graphs alternated with an A/A control
+    (``torch_cudnn_algo.measure_energy``, ``_zoo_energy()``); None for a label without a graph, or
+    every label where energy cannot be measured. benchmarks/energy.py measures energy in full."""
+    import torch_cudnn_algo
+
+    if not graphs:
+        return dict.fromkeys(labels)
     try:
-        return energy_per_call(graph.replay, torch.cuda.current_device(), step_ms,
-                               counter_updates=ENERGY_COUNTER_UPDATES, chunk_ms=100.0, timeout_s=3.0)
+        report = torch_cudnn_algo.measure_energy({label: graph.replay for label, graph in graphs.items()},
+                                                 settings=_zoo_energy())
     except Exception as exc:  # noqa: BLE001 - energy is detail; the times stand without it
         progress(f"energy not measured: {error_text(exc)}")
-        return None
+        return dict.fromkeys(labels)
+    progress(f"energy: {report.summary()}")
+    return {label: report[label].j_per_call.median if label in graphs and report[label].j_per_call else None
+            for label in labels}

@@ -19,6 +19,8 @@ from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
 from ._db import (MergeReport, TuningDbEntry, clear_tuning_db, export_plan, merge_tuning_db,
                   remove_tuning_db_entries, tuning_db_counts, tuning_db_dir, tuning_db_entries, tuning_db_max_bytes)
+from ._energy import EnergyMode, EnergySettings, EnergyUnavailable, WarmupRule, energy_unavailable, measure_energy
+from ._energy_report import EnergyReport
 from ._flags import flags
 from ._plan import (Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedExecutionPlan, current_plan,
                     execution_plan_counts, load_plan, plan_entry_run_counts, use_plan)
@@ -44,6 +46,10 @@ __all__ = [
     "Candidate",
     "ConvSpec",
     "DIRECTIONS",
+    "EnergyMode",
+    "EnergyReport",
+    "EnergySettings",
+    "EnergyUnavailable",
     "EngineConfig",
     "MergeReport",
     "Plan",
@@ -56,12 +62,14 @@ __all__ = [
     "TOLERANCES",
     "TensorSpec",
     "TuningDbEntry",
+    "WarmupRule",
     "active_overrides",
     "choose_fastest",
     "clear_cache",
     "clear_tuning_db",
     "cudnn_version",
     "current_plan",
+    "energy_unavailable",
     "engine_configs",
     "execution_plan_counts",
     "export_plan",
@@ -72,6 +80,7 @@ __all__ = [
     "list_algorithms",
     "load_error",
     "load_plan",
+    "measure_energy",
     "merge_tuning_db",
     "pinned_run_counts",
     "plan_entry_run_counts",

@@ -48,7 +48,8 @@ def child_arguments(args: argparse.Namespace) -> list[str]:
     argv = [args.model] if args.model else []
     argv += ["--batch", str(args.batch), "--image-size", str(args.image_size), "--amp", args.amp,
              "--seed", str(args.seed), "--rounds", str(args.rounds), "--steps", str(args.steps),
-             "--energy" if args.energy else "--no-energy"]
+             "--energy" if args.energy else "--no-energy", "--energy-window-s", str(args.energy_window_s),
+             "--energy-rounds", str(args.energy_rounds)]
     return argv
 
 
@@ -168,9 +169,15 @@ def measure(args: argparse.Namespace) -> dict:
     torch.backends.cudnn.benchmark = True
     first = _step_timing.step_seconds(step)
     second = _step_timing.step_seconds(step)
-    times = _step_timing.measure_modes(step, {"benchmark": contextlib.nullcontext}, args.rounds, args.steps,
-                                       energy=args.energy)["benchmark"]
-    return {"first_step_s": first, "second_step_s": second, **times,
+    modes = {"benchmark": contextlib.nullcontext}
+    times = _step_timing.measure_modes(step, modes, args.rounds, args.steps)["benchmark"]
+    energy: dict[str, object] = {"note": "n/a: --no-energy"}
+    if args.energy:
+        # This process's one mode, with its A/A control: its spread is this process's own.
+        report, why = _step_timing.step_energy(step, modes, _workload.energy_settings(args))
+        times["energy_j"] = _step_timing.per_round_joules(report, "benchmark")
+        energy = {"note": why} if report is None else {"summary": report.summary(), "resolution": report.resolution}
+    return {"first_step_s": first, "second_step_s": second, **times, "energy": energy,
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark), "gpu": torch.cuda.get_device_name(),
             "pid": os.getpid()}
 

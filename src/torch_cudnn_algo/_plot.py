@@ -1,4 +1,5 @@
-"""``profile --plot``: one convolution's candidates as time against workspace.
+"""``profile --plot``: one convolution's candidates as time against workspace;
+``profile --energy-plot``: energy per call against time per call.
 
 The table answers "which is fastest"; the plot shows the trade-off behind it:
 how much workspace memory each extra bit of speed costs, and how far stock
@@ -16,7 +17,7 @@ import textwrap
 from ._algorithms import DIRECTIONS
 from ._table import ProfileRow, ProfileTable
 
-__all__ = ["plot_profile"]
+__all__ = ["plot_profile", "plot_profile_energy"]
 
 _MIB = 1 << 20
 _MISSING_MATPLOTLIB = (
@@ -110,6 +111,69 @@ def plot_profile(table: ProfileTable, path: str | os.PathLike) -> None:
 
     ax.set_title(textwrap.fill(f"cuDNN {table.direction}: {table.convolution}", _TITLE_WIDTH), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
+    ax.legend(handles=handles, loc="best")
+    figure.tight_layout()
+    figure.savefig(os.fspath(path), format="png")
+
+
+def _energy_rows(table: ProfileTable) -> list[ProfileRow]:
+    return [row for row in table.rows if row.ok and row.time_ms is not None and row.energy_j is not None]
+
+
+def plot_profile_energy(table: ProfileTable, path: str | os.PathLike) -> None:
+    """Save a PNG of ``table``'s energy: each candidate whose energy was measured, joules per
+    call (median, the bar its min-max over the windows) against median time per call; stock
+    PyTorch as a star with dashed lines at its time and energy, so the quadrant below and left
+    of it holds the candidates that are both faster and more frugal. The A/A spread of the
+    measurement is in the title.
+
+    Raises ValueError when no row has an energy reading, ImportError without matplotlib.
+    """
+    measured = _energy_rows(table)
+    if not measured:
+        raise ValueError(
+            f"cannot plot the energy of the {table.direction} profile of {table.convolution}: no row has an "
+            "energy reading (profile with energy=True, or --energy)"
+        )
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+    except ImportError as exc:
+        raise ImportError(_MISSING_MATPLOTLIB.replace("--plot", "--energy-plot")) from exc
+
+    figure = Figure(figsize=(9, 6), dpi=100)
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    handles: list[object] = []
+    candidates = [row for row in measured if row.value is not None]
+    if candidates:
+        low = [row.energy_j - (row.energy_min_j if row.energy_min_j is not None else row.energy_j) for row in candidates]
+        high = [(row.energy_max_j if row.energy_max_j is not None else row.energy_j) - row.energy_j
+                for row in candidates]
+        ax.errorbar([row.time_ms for row in candidates], [row.energy_j for row in candidates], yerr=[low, high],
+                    fmt="none", ecolor="gray", elinewidth=1, capsize=3, zorder=2)
+        handles.append(ax.scatter([row.time_ms for row in candidates], [row.energy_j for row in candidates],
+                                  marker="^", color="tab:green", alpha=0.8, edgecolors="black", linewidths=0.5,
+                                  label="candidate (bar: min-max of the windows)", zorder=3))
+        for row in candidates:
+            ax.annotate(str(row.value), (row.time_ms, row.energy_j), textcoords="offset points", xytext=(5, 5),
+                        fontsize=7, zorder=4)
+    stock = table.stock
+    if stock is not None and stock in measured:
+        ax.axvline(stock.time_ms, color=_STOCK_COLOR, linestyle="--", linewidth=1, zorder=1)
+        ax.axhline(stock.energy_j, color=_STOCK_COLOR, linestyle="--", linewidth=1, zorder=1)
+        ax.scatter([stock.time_ms], [stock.energy_j], marker="*", s=250, color=_STOCK_COLOR, edgecolors="black",
+                   linewidths=0.5, zorder=5)
+        handles.append(Line2D([], [], color=_STOCK_COLOR, linestyle="--", marker="*", markersize=14,
+                              markeredgecolor="black", markeredgewidth=0.5, label="stock PyTorch"))
+    ax.set_xlabel("median time per call (ms)")
+    ax.set_ylabel("energy per call (J, median of the windows)")
+    energy = table.environment.get("energy_measure")
+    resolution = energy.get("resolution") if isinstance(energy, dict) else None
+    spread = f"; A/A spread +/-{resolution * 100:.1f}%" if isinstance(resolution, (int, float)) else ""
+    ax.set_title(textwrap.fill(f"cuDNN {table.direction}: {table.convolution}{spread}", _TITLE_WIDTH), fontsize=10)
+    ax.grid(True, alpha=0.3)
     ax.legend(handles=handles, loc="best")
     figure.tight_layout()
     figure.savefig(os.fspath(path), format="png")

@@ -4,7 +4,7 @@
 configurations can run a convolution (nothing executed, nothing allocated for
 descriptions). :func:`profile` runs each one on random operands of that shape:
 warm-up, median of CUDA-event timings, max relative error against a float64
-reference, energy per call, and returns a :class:`ProfileTable`.
+reference, and (where asked) energy per call, and returns a :class:`ProfileTable`.
 
 The same profiler serves ``conv_profile`` and the ``"fastest"`` policy: the
 extension calls :func:`_profile_for_extension` the first time it meets a
@@ -18,15 +18,17 @@ import dataclasses
 import logging
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from typing_extensions import Unpack
 
-from . import _flags, _nvml, _ops
+from . import _energy, _flags, _ops
 from ._algorithms import DIRECTIONS, KERNELS
-from ._conv_spec import ConvLike, Geometry, TensorLike, as_conv_spec
+from ._conv_spec import ConvLike, ConvSpec, Geometry, TensorLike, as_conv_spec
+from ._energy import EnergySettings
+from ._profile_energy import PROFILE_ENERGY, EnergyRequest, measure_rows_energy
 from ._queries import _direction, _settings, engine_configs
 from ._table import ProfileRow, ProfileTable
 
@@ -236,7 +238,6 @@ def _measure(
     operands: _Operands,
     warmup: int,
     reps: int,
-    energy: bool,
 ) -> ProfileRow:
     """Times one runnable candidate; an allocation failure or a cuDNN error
     marks the row instead of escaping."""
@@ -247,12 +248,21 @@ def _measure(
         torch.cuda.synchronize()
         error = _max_rel_error(output(), operands.reference)
         time_ms = _median_gpu_ms(run, reps)
-        joules = _nvml.energy_per_call(run, operands.problem.device, time_ms) if energy else None
     except torch.OutOfMemoryError:
         return dataclasses.replace(row, status="out of memory")
     except RuntimeError as exc:
         return dataclasses.replace(row, status="failed: " + str(exc).strip().splitlines()[0])
-    return dataclasses.replace(row, time_ms=time_ms, max_rel_error=error, energy_j=joules)
+    return dataclasses.replace(row, time_ms=time_ms, max_rel_error=error)
+
+
+def _measure_energy(operands: _Operands, rows: list[ProfileRow],
+                    request: EnergyRequest) -> tuple[list[ProfileRow], dict[str, object]]:
+    def run_of(row: ProfileRow) -> Callable[[], object]:
+        if row.value is None:
+            return operands.stock_call
+        return lambda: operands.candidate(row.value, execute=True)
+
+    return measure_rows_energy(rows, run_of, request)
 
 
 def _profile_problem(
@@ -261,7 +271,7 @@ def _profile_problem(
     *,
     warmup: int,
     reps: int,
-    energy: bool,
+    energy: EnergyRequest | None,
     include_stock: bool,
     workspace_limit: int | None,
     seed: int,
@@ -298,7 +308,7 @@ def _profile_problem(
             else:
                 value = row.value
                 rows.append(_measure(row, lambda v=value: operands.candidate(v, execute=True),
-                                     lambda: operands.out, operands, warmup, reps, energy))
+                                     lambda: operands.out, operands, warmup, reps))
         stock_output: list[torch.Tensor] = []
         if include_stock:
 
@@ -306,7 +316,10 @@ def _profile_problem(
                 stock_output[:] = [operands.stock_call()]
 
             rows.append(_measure(ProfileRow(None, "stock", "ok"), stock_run, lambda: stock_output[0],
-                                 operands, warmup, reps, energy))
+                                 operands, warmup, reps))
+        energy_measure = None
+        if energy is not None:
+            rows, energy_measure = _measure_energy(operands, rows, energy)
         del operands, stock_output  # everything profiling allocated goes back to the allocator
         torch.cuda.synchronize(device)
     environment = {
@@ -315,11 +328,13 @@ def _profile_problem(
         "cudnn": _ops.cudnn_runtime_version(),
         "warmup": warmup,
         "reps": reps,
-        "energy": energy,
+        "energy": energy is not None,
         "workspace_limit": workspace_limit,
         "profile_seconds": round(time.perf_counter() - started, 3),
         "error": "max |out - ref| / max |ref|, ref = stock PyTorch in float64",
     }
+    if energy_measure is not None:
+        environment["energy_measure"] = energy_measure
     return ProfileTable(problem.direction, description, problem.dtype, rows, environment)
 
 
@@ -333,7 +348,9 @@ def profile(
     deterministic: bool | None = None,
     warmup: int = 3,
     reps: int = 20,
-    energy: bool = True,
+    energy: bool | EnergySettings = False,
+    energy_within: float | None = 0.10,
+    energy_candidates: int = 6,
     include_stock: bool = True,
     workspace_limit: int | None | str = "flag",
     seed: int = 0,
@@ -346,9 +363,16 @@ def profile(
     Per candidate: ``warmup`` runs, then the median GPU time of ``reps``
     CUDA-event-timed runs; the workspace cuDNN asked for (allocated exactly);
     determinism; math type and cuDNN notes; the max relative error against
-    stock PyTorch computed once in float64 on the same operands; with
-    ``energy``, joules per call from NVML's energy counter (about 0.3 s more
-    per candidate; None where NVML offers no counter). Candidates that cannot
+    stock PyTorch computed once in float64 on the same operands. With
+    ``energy`` (True, or an :class:`EnergySettings`; default settings: 1 s
+    windows, 3 rounds, warm-up of at most 30 s), joules per call median
+    (min-max) and the ratio to stock's, measured alternately with stock's own
+    configuration and an A/A control (see docs/energy.md), each candidate
+    replayed as a CUDA graph of calls; only for the candidates within
+    ``energy_within`` of stock's time (a fraction; None: all), at most
+    ``energy_candidates``, fastest first: about 3-4 s per candidate measured
+    plus the warm-up. Raises :class:`EnergyUnavailable` where NVML has no
+    energy counter. Candidates that cannot
     run carry their status: unsupported, refused (determinism/TF32 rules), out
     of memory, over ``workspace_limit`` (default: the ``conv_workspace_limit``
     flag), failed. ``include_stock`` adds stock PyTorch's own choice, timed the
@@ -364,18 +388,58 @@ def profile(
     elif workspace_limit is not None:
         workspace_limit = _flags.FLAGS["conv_workspace_limit"].parse(workspace_limit)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
+    energy_request = _energy_request(energy, energy_within, energy_candidates)
     request, description = _ops.conv_request(conv_spec, deterministic, allow_tf32)
-    return _profile_problem(request, description, warmup=warmup, reps=reps, energy=energy,
+    if energy_request is not None:
+        why = _energy.energy_unavailable(request.device)
+        if why is not None:
+            raise _energy.EnergyUnavailable(f"torch_cudnn_algo.profile(energy=...): GPU energy cannot be "
+                                            f"measured: {why}; profile without energy (energy=False)")
+    return _profile_problem(request, description, warmup=warmup, reps=reps, energy=energy_request,
                             include_stock=include_stock, workspace_limit=workspace_limit, seed=seed)
+
+
+def measure_table_energy(
+    conv: ConvSpec,
+    table: ProfileTable,
+    values: Sequence[int | str],
+    settings: EnergySettings,
+    *,
+    allow_tf32: bool,
+    deterministic: bool,
+    seed: int = 0,
+) -> ProfileTable:
+    """``table`` (a profile of ``conv`` under these settings) with the energy of the candidates
+    ``values`` and of stock's configuration measured (see :func:`profile`'s ``energy``): what
+    ``tune(policy="lowest_energy")`` measures for the few candidates within its time guard."""
+    problem, _ = _ops.conv_request(conv, deterministic, allow_tf32)
+    with torch.cuda.device(torch.device("cuda", problem.device)), _bypass(), \
+            _cudnn_settings(problem.deterministic, problem.allow_tf32):
+        operands = _Operands(problem, seed)
+        rows, info = _measure_energy(operands, list(table.rows), EnergyRequest(settings, values=tuple(values)))
+        del operands
+        torch.cuda.synchronize()
+    return ProfileTable(table.direction, table.convolution, table.dtype, rows,
+                        {**table.environment, "energy": True, "energy_measure": info})
+
+
+def _energy_request(energy: bool | EnergySettings, within: float | None, candidates: int) -> EnergyRequest | None:
+    if energy is False:
+        return None
+    if energy is True:
+        return EnergyRequest(PROFILE_ENERGY, within, candidates)
+    if isinstance(energy, EnergySettings):
+        return EnergyRequest(energy, within, candidates)
+    raise ValueError(f"energy must be True, False or an EnergySettings, got {energy!r}")
 
 
 def _profile_for_extension(problem: _ops.ConvRequest, description: str) -> str:
     """Called by the extension (conv_profile, the "fastest" policy) the first
-    time it meets a configuration: profiles it (no energy: that would add ~0.3 s
-    per candidate to a training run), logs the table (INFO under conv_profile,
+    time it meets a configuration: profiles it (no energy: that would add
+    seconds per candidate to a training run), logs the table (INFO under conv_profile,
     DEBUG otherwise) and returns the policy's pick as a flag value, "" for none."""
     limit = _flags.get_flag("conv_workspace_limit")
-    table = _profile_problem(problem, description, warmup=3, reps=10, energy=False, include_stock=True,
+    table = _profile_problem(problem, description, warmup=3, reps=10, energy=None, include_stock=True,
                              workspace_limit=limit, seed=0)
     pick = table.fastest(deterministic=problem.deterministic, allow_tf32=problem.allow_tf32,
                          workspace_limit=limit)

@@ -7,9 +7,10 @@ one method so that the numbers compare:
 - GPU ms per step: the summed duration of every CUDA kernel of 2 steps under
   ``torch.profiler`` (GPU time without the host's launch gaps), and of the
   convolution ops' kernels alone;
-- energy per step: NVML's energy counter across whole eager steps (the GPU's
-  idle time between kernels included, as a training job pays it); None where
-  the GPU or driver has no counter.
+- energy per step: ``_energy.measure_energy`` over whole eager steps (the GPU's idle time
+  between kernels included, as an eager training job pays it), the modes alternated within
+  each round with an A/A control (the first mode measured twice); None where the GPU or driver
+  has no counter, with the reason.
 
 Each is measured in ``rounds`` rounds; where several modes are measured, they
 alternate within each round, so a drift of clocks or temperature hits all alike.
@@ -23,19 +24,17 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-from . import _nvml
+from . import _energy
+from ._energy_report import EnergyReport
 
-__all__ = ["MEASURES", "measure_modes", "training_step", "warm_up_cuda"]
+__all__ = ["MEASURES", "STEP_ENERGY", "measure_modes", "step_energy", "training_step", "warm_up_cuda"]
 
 MEASURES = ("wall_ms", "gpu_ms", "conv_ms", "energy_j")
 _CONV_OPS = ("aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward")
 _WARMUP_STEPS = 3
 _PROFILED_STEPS = 2
-# NVML's counter moves only every ~100 ms. energy_per_call's window can be off by one chunk
-# of calls at each end: one step per chunk and 8 counter updates keep that error small, where
-# fewer updates with several steps per chunk vary widely between rounds of one mode.
-_ENERGY_COUNTER_UPDATES = 8
-_ENERGY_TIMEOUT_S = 3.0
+# A training step's energy: 2 s windows, 5 rounds, warm-up to a steady temperature (at most 60 s).
+STEP_ENERGY = _energy.EnergySettings(window_s=2.0, rounds=5)
 
 
 def training_step(model: Callable[..., object], inputs: Sequence[object], amp: torch.dtype | None) -> None:
@@ -91,21 +90,29 @@ def kernel_ms(step: Callable[[], None], steps: int) -> tuple[float, float]:
     return kernels_us / 1e3 / steps, conv_us / 1e3 / steps
 
 
-def energy_available() -> bool:
+def step_energy(
+    step: Callable[[], None],
+    modes: Mapping[str, Callable[[], contextlib.AbstractContextManager]],
+    settings: _energy.EnergySettings = STEP_ENERGY,
+) -> tuple[EnergyReport | None, str]:
+    """J/step of each mode (``modes[mode]()`` entered around its windows), alternated, with the
+    first mode's A/A control: (the report, ""), or (None, why not). Never raises: energy is
+    detail beside the times."""
     try:
-        return _nvml.energy_counter(torch.cuda.current_device()) is not None
-    except Exception:  # noqa: BLE001 - energy is detail: without it, "n/a"
-        return False
+        report = _energy.measure_energy({mode: _energy.EnergyMode(step, enter) for mode, enter in modes.items()},
+                                        settings=settings)
+    except _energy.EnergyUnavailable as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - energy is detail: without it, "n/a" and why
+        return None, f"the energy measurement failed ({type(exc).__name__}: {exc})"
+    return report, ""
 
 
-def energy_j(step: Callable[[], None], step_ms: float) -> float | None:
-    """Joules per eager step over whole NVML counter updates, or None."""
-    try:
-        return _nvml.energy_per_call(step, torch.cuda.current_device(), step_ms,
-                                     counter_updates=_ENERGY_COUNTER_UPDATES, chunk_ms=step_ms,
-                                     timeout_s=_ENERGY_TIMEOUT_S)
-    except Exception:  # noqa: BLE001 - energy is detail: without it, "n/a"
-        return None
+def per_round_joules(report: EnergyReport | None, mode: str) -> list[float | None]:
+    """A mode's J/step per round (None: a window that failed); empty without a report."""
+    if report is None or mode not in report.modes:
+        return []
+    return [None if window is None else window.j_per_call for window in report[mode].windows]
 
 
 def measure_modes(
@@ -113,7 +120,6 @@ def measure_modes(
     modes: Mapping[str, Callable[[], contextlib.AbstractContextManager]],
     rounds: int,
     steps: int,
-    energy: bool = True,
 ) -> dict[str, dict[str, list[float | None]]]:
     """``{mode: {"wall_ms": [...], "gpu_ms": [...], "conv_ms": [...], "energy_j": [...]}}``,
     one value per round; each mode's steps run inside ``modes[mode]()``.
@@ -121,8 +127,7 @@ def measure_modes(
     Every mode is warmed first (execution plans built, caches filled), and the first step
     after entering a mode is never timed (it selects again). Wall rounds come
     first, then profiled rounds (so the profiler never runs between wall
-    timings), then energy rounds; ``energy_j`` is empty where NVML has no counter
-    (or ``energy`` is False) and holds None for a round whose counter did not update in time.
+    timings); ``energy_j`` is left empty for :func:`step_energy` to fill.
     """
     times: dict[str, dict[str, list[float | None]]] = {mode: {m: [] for m in MEASURES} for mode in modes}
     for enter in modes.values():
@@ -142,11 +147,4 @@ def measure_modes(
                 gpu, conv = kernel_ms(step, _PROFILED_STEPS)
             times[mode]["gpu_ms"].append(gpu)
             times[mode]["conv_ms"].append(conv)
-    if energy and energy_available():
-        for _ in range(rounds):
-            for mode, enter in modes.items():
-                walls = [t for t in times[mode]["wall_ms"] if t is not None]
-                with enter():
-                    step()
-                    times[mode]["energy_j"].append(energy_j(step, sorted(walls)[len(walls) // 2]))
     return times

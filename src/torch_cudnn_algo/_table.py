@@ -26,6 +26,8 @@ __all__ = [
     "choose_fastest",
     "choose_least_workspace",
     "choose_lowest_energy",
+    "LOWEST_ENERGY_MIN_SAVING",
+    "LOWEST_ENERGY_TIME_GUARD",
     "eligible_rows",
     "tolerance_for",
 ]
@@ -45,6 +47,13 @@ TOLERANCES: dict[str, float] = {
 
 # Medians this close (relative) count as a tie, broken by smaller workspace.
 TIE_RELATIVE = 0.01
+
+# The "lowest_energy" policy's defaults: a pick is at most this much slower than stock's own
+# configuration (median GPU time per call) ...
+LOWEST_ENERGY_TIME_GUARD = 0.02
+# ... and saves at least this much energy per call against it, and more than the A/A spread.
+LOWEST_ENERGY_MIN_SAVING = 0.01
+
 
 # Numerical notes meaning "float32 computed at reduced precision".
 _REDUCED_PRECISION_NOTES = frozenset({"TENSOR_CORE", "DOWN_CONVERT_INPUTS", "TF32"})
@@ -71,7 +80,10 @@ class ProfileRow:
     deterministic: bool | None = None
     notes: tuple[str, ...] = ()  # math type / cuDNN numerical and behaviour notes
     max_rel_error: float | None = None  # max |out - ref| / max |ref|, ref in float64
-    energy_j: float | None = None  # joules per call from NVML's energy counter
+    energy_j: float | None = None  # joules per call (median of the windows; see _energy)
+    energy_min_j: float | None = None  # the least and most joules per call of a window
+    energy_max_j: float | None = None
+    energy_vs_stock: float | None = None  # joules per call over stock's, median of the rounds (alternated)
 
     @property
     def ok(self) -> bool:
@@ -112,6 +124,14 @@ def _format_bytes(value: int | None) -> str:
 
 def _format_float(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _format_energy(row: ProfileRow) -> str:
+    if row.energy_j is None:
+        return "-"
+    if row.energy_min_j is None or row.energy_max_j is None:
+        return f"{row.energy_j:.3g}"
+    return f"{row.energy_j:.3g} ({row.energy_min_j:.3g}-{row.energy_max_j:.3g})"
 
 
 def _format_bool(value: bool | None) -> str:
@@ -172,25 +192,37 @@ class ProfileTable:
         deterministic: bool = False,
         allow_tf32: bool = True,
         workspace_limit: int | None = None,
+        time_guard: float = LOWEST_ENERGY_TIME_GUARD,
+        min_saving: float = LOWEST_ENERGY_MIN_SAVING,
     ) -> ProfileRow | None:
         """A policy's pick ("fastest", "least_workspace", "lowest_energy") under
-        the contract's rules; None: no row qualifies."""
+        the contract's rules; None: no row qualifies. ``time_guard`` and
+        ``min_saving`` are the ``"lowest_energy"`` policy's (see
+        :func:`choose_lowest_energy`); its resolution is the A/A spread of this
+        table's energy measurement."""
         try:
             choose = POLICIES[policy]
         except KeyError:
             raise ValueError(f"unknown policy {policy!r}; policies are {', '.join(POLICIES)}") from None
         if tolerance is None:
             tolerance = tolerance_for(self.dtype, allow_tf32)
-        return choose(self.rows, tolerance=tolerance, deterministic=deterministic,
-                      reduced_precision_allowed=allow_tf32 or self.dtype != "float32",
-                      workspace_limit=workspace_limit)
+        rules: PolicyRules = {"tolerance": tolerance, "deterministic": deterministic,
+                              "reduced_precision_allowed": allow_tf32 or self.dtype != "float32",
+                              "workspace_limit": workspace_limit}
+        if policy == "lowest_energy":
+            energy = self.environment.get("energy_measure")
+            resolution = energy.get("resolution") if isinstance(energy, dict) else None
+            return choose_lowest_energy(self.rows, time_guard=time_guard, min_saving=min_saving,
+                                        resolution=resolution if isinstance(resolution, (int, float)) else 0.0,
+                                        **rules)
+        return choose(self.rows, **rules)
 
     # -- printing ---------------------------------------------------------
     def format(self) -> str:
         """The seed's table: one row per candidate, fastest first; the first
         column is exactly what to assign to the direction's flag."""
         headers = ("flag value", "source", "time ms", "vs stock", "workspace", "determ.",
-                   "max rel err", "energy J", "notes", "status")
+                   "max rel err", "J/call (min-max)", "J vs stock", "notes", "status")
         stock = self.stock
         stock_ms = stock.time_ms if stock is not None and stock.ok else None
         lines = []
@@ -204,13 +236,14 @@ class ProfileTable:
                 _format_bytes(row.workspace),
                 _format_bool(row.deterministic),
                 _format_float(row.max_rel_error, ".1e"),
-                _format_float(row.energy_j, ".3g"),
+                _format_energy(row),
+                _format_float(row.energy_vs_stock, ".3f") + ("x" if row.energy_vs_stock is not None else ""),
                 ",".join(row.notes),
                 row.status,  # last: an unsupported row's reason is long
             ))
         widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
                   for i, h in enumerate(headers)]
-        numeric = {2, 3, 4, 6, 7}
+        numeric = {2, 3, 4, 6, 7, 8}
 
         def render(cells: Sequence[str]) -> str:
             return "  ".join(
@@ -219,7 +252,9 @@ class ProfileTable:
             ).rstrip()
 
         title = f"cuDNN {self.direction} candidates for {self.convolution}"
-        return "\n".join([title, render(headers), *(render(line) for line in lines)])
+        energy = self.environment.get("energy_measure")
+        footer = [f"energy: {energy['summary']}"] if isinstance(energy, dict) and energy.get("summary") else []
+        return "\n".join([title, render(headers), *(render(line) for line in lines), *footer])
 
     def __str__(self) -> str:
         return self.format()
@@ -295,6 +330,8 @@ class ProfileTable:
                 notes=tuple(n for n in record["notes"].split(";") if n),
                 max_rel_error=_parse_optional(record["max_rel_error"], float),
                 energy_j=_parse_optional(record["energy_j"], float),
+                **{name: _parse_optional(record.get(name, ""), float)
+                   for name in ("energy_min_j", "energy_max_j", "energy_vs_stock")},
             ))
         if header is None:
             raise ValueError("empty profile CSV: no rows")
@@ -382,14 +419,51 @@ def choose_least_workspace(rows: Iterable[ProfileRow], **rules: Unpack[PolicyRul
     return min(within, key=lambda row: (row.workspace or 0, row.time_ms))
 
 
-def choose_lowest_energy(rows: Iterable[ProfileRow], **rules: Unpack[PolicyRules]) -> ProfileRow | None:
+def _energy_ratio(row: ProfileRow, stock: ProfileRow | None) -> float | None:
+    """Joules per call of ``row`` over stock's: the per-round median where both were measured
+    alternately, else the ratio of their medians."""
+    if row.energy_vs_stock is not None:
+        return row.energy_vs_stock
+    if row.energy_j is not None and stock is not None and stock.energy_j:
+        return row.energy_j / stock.energy_j
+    return None
+
+
+def choose_lowest_energy(
+    rows: Iterable[ProfileRow],
+    *,
+    time_guard: float = LOWEST_ENERGY_TIME_GUARD,
+    min_saving: float = LOWEST_ENERGY_MIN_SAVING,
+    resolution: float = 0.0,
+    **rules: Unpack[PolicyRules],
+) -> ProfileRow | None:
     """The ``"lowest_energy"`` policy: among the :func:`eligible_rows` whose
-    energy per call was measured, the lowest (then the faster). None when no
-    row qualifies or none has an energy reading."""
-    measured = [row for row in eligible_rows(rows, **rules) if row.energy_j is not None]
-    if not measured:
+    energy per call was measured and whose median time is within ``time_guard``
+    (a fraction: 0.02 = 2%) of stock's row (of the fastest eligible row where
+    the table has no timed stock row), the one using the least energy per call
+    relative to stock (then the faster). It is picked only if it saves more
+    than ``min_saving`` and more than ``resolution`` (the A/A spread of the
+    measurement: a smaller difference is noise); otherwise None (stock runs).
+    A table without stock's energy picks the lowest energy within the guard."""
+    if not (isinstance(time_guard, (int, float)) and time_guard >= 0):
+        raise ValueError(f"time_guard must be a fraction >= 0 (0.02 = 2% slower than stock at most), got {time_guard!r}")
+    if not (isinstance(min_saving, (int, float)) and 0 <= min_saving < 1):
+        raise ValueError(f"min_saving must be a fraction in [0, 1) (0.01 = 1% less energy), got {min_saving!r}")
+    rows = list(rows)
+    eligible = eligible_rows(rows, **rules)
+    stock = next((row for row in rows if row.value is None and row.ok and row.time_ms is not None), None)
+    times = [row.time_ms for row in eligible]
+    base_ms = stock.time_ms if stock is not None else (min(times) if times else None)
+    if base_ms is None:
         return None
-    return min(measured, key=lambda row: (row.energy_j, row.time_ms))
+    within = [row for row in eligible if row.energy_j is not None and row.time_ms <= base_ms * (1 + time_guard)]
+    if not within:
+        return None
+    ratios = {id(row): _energy_ratio(row, stock) for row in within}
+    if any(ratio is None for ratio in ratios.values()):  # no stock energy to compare with
+        return min(within, key=lambda row: (row.energy_j, row.time_ms))
+    best = min(within, key=lambda row: (ratios[id(row)], row.time_ms))
+    return best if ratios[id(best)] < 1 - max(min_saving, resolution) else None
 
 
 POLICIES = {"fastest": choose_fastest, "least_workspace": choose_least_workspace,

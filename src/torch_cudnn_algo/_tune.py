@@ -11,8 +11,11 @@ in the requested directions is then decided by the policy:
   by 1% and match a float64 reference);
 - ``"least_workspace"``: the full profile table; the smallest workspace within
   5% of the fastest eligible candidate;
-- ``"lowest_energy"``: the full profile table with NVML energy per call; the
-  least energy (needs NVML's energy counter).
+- ``"lowest_energy"``: the full profile table for time, then energy per call
+  measured (``_energy``: windows of seconds, alternated with stock's
+  configuration, A/A control) for the few candidates within the time guard of
+  stock's time; the least energy where it saves more than the A/A spread,
+  else stock's path (``_tune_energy``; needs NVML's energy counter).
 
 Each engine configuration picked is kept with its execution plan as cuDNN
 built it (serialised), where cuDNN can serialise it, so that loading the plan
@@ -27,11 +30,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from . import _compile_workers, _flags, _nvml, _ops
+from . import _compile_workers, _energy, _flags, _ops
 from ._conv_spec import DIRECTION_NAMES, ConvSpec
+from ._energy import EnergySettings
 from ._plan import Plan, PlanEntry, SerializedExecutionPlan
-from ._profile import profile
-from ._table import POLICIES
+from ._profile import measure_table_energy, profile
+from ._table import LOWEST_ENERGY_TIME_GUARD, POLICIES, ProfileTable
+from ._tune_energy import DEFAULT_ENERGY_BUDGET_S, TUNE_ENERGY, decide_lowest_energy
 
 __all__ = ["collect_configurations", "tune"]
 
@@ -115,15 +120,16 @@ def _decide_fastest(spec: ConvSpec, deterministic: bool, allow_tf32: bool, retun
 
 
 def _decide_from_table(spec: ConvSpec, deterministic: bool, allow_tf32: bool, policy: str) -> PlanEntry:
+    """``"least_workspace"``: its pick from the configuration's profile table."""
     limit = _flags.get_flag("conv_workspace_limit")
-    table = profile(spec, allow_tf32=allow_tf32, deterministic=deterministic, warmup=3, reps=10,
-                    energy=policy == "lowest_energy", workspace_limit=limit)
+    table = profile(spec, allow_tf32=allow_tf32, deterministic=deterministic, warmup=3, reps=10, energy=False,
+                    workspace_limit=limit)
     pick = table.pick(policy, deterministic=deterministic, allow_tf32=allow_tf32, workspace_limit=limit)
     stock = table.stock
     stock_ms = stock.time_ms if stock is not None else None
     if pick is None:
-        return PlanEntry(None, stock_ms, stock_ms, None, stock.energy_j if stock is not None else None)
-    return PlanEntry(pick.value, pick.time_ms, stock_ms, pick.workspace, pick.energy_j)
+        return PlanEntry(None, stock_ms, stock_ms, None)
+    return PlanEntry(pick.value, pick.time_ms, stock_ms, pick.workspace)
 
 
 def _with_execution_plan(spec: ConvSpec, deterministic: bool, allow_tf32: bool, entry: PlanEntry) -> PlanEntry:
@@ -155,6 +161,9 @@ def tune(
     progress: bool = True,
     execution_plans: bool = True,
     retune: bool = False,
+    time_guard: float = LOWEST_ENERGY_TIME_GUARD,
+    energy_budget_s: float = DEFAULT_ENERGY_BUDGET_S,
+    energy_settings: EnergySettings | None = None,
 ) -> Plan:
     """Runs ``model(*example_inputs)`` forward (and backward when a backward
     direction is asked for) to collect its cuDNN convolutions, decides each
@@ -166,8 +175,16 @@ def tune(
     configuration. ``loss_fn(output)`` gives the scalar to differentiate
     (default: the sum of every output tensor requiring grad). Policies:
     ``"fastest"``, ``"least_workspace"`` (smallest workspace within 5% of the
-    fastest), ``"lowest_energy"`` (NVML energy per call; raises where NVML has
-    no energy counter). With ``execution_plans`` (default) each engine
+    fastest), ``"lowest_energy"``: energy per call measured for the few
+    candidates (at most 3) within ``time_guard`` of stock's own configuration's
+    time (0.02: 2% slower at most), against stock's configuration with an A/A
+    control, configurations with the longest stock time first until
+    ``energy_budget_s`` seconds of measuring are spent (``energy_settings``:
+    default 1 s windows, 3 rounds, one warm-up); a configuration runs the
+    candidate with the least energy only where it saves more than 1% and more
+    than the A/A spread, else stock's path (docs/energy.md). It raises
+    :class:`EnergyUnavailable` where NVML has no energy counter. With
+    ``execution_plans`` (default) each engine
     configuration picked keeps its execution plan as cuDNN built it, so that a
     process loading the plan skips cuDNN's heuristics and compilation for it.
     With ``"fastest"``, a configuration the tuning database already holds a
@@ -184,20 +201,61 @@ def tune(
     if unknown or not directions:
         raise ValueError(f"directions must be a non-empty subset of {', '.join(DIRECTION_NAMES)}, "
                          f"got {tuple(directions)!r}")
+    if not (isinstance(time_guard, (int, float)) and not isinstance(time_guard, bool) and time_guard >= 0):
+        raise ValueError(f"time_guard must be a fraction >= 0 (0.02: at most 2% slower than stock), got {time_guard!r}")
+    if not (isinstance(energy_budget_s, (int, float)) and not isinstance(energy_budget_s, bool)
+            and energy_budget_s >= 0):
+        raise ValueError(f"energy_budget_s must be a number of seconds >= 0, got {energy_budget_s!r}")
+    if energy_settings is not None and not isinstance(energy_settings, EnergySettings):
+        raise ValueError(f"energy_settings must be an EnergySettings or None, got {energy_settings!r}")
     _ops.require_gpu("tune")
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError("torch_cudnn_algo.tune cannot run during CUDA graph capture")
-    if policy == "lowest_energy" and _nvml.energy_counter(torch.cuda.current_device()) is None:
-        raise RuntimeError("the lowest_energy policy needs NVML's GPU energy counter, which this GPU or "
-                           "driver does not offer; use 'fastest' or 'least_workspace'")
+    if policy == "lowest_energy":
+        why = _energy.energy_unavailable(torch.cuda.current_device())
+        if why is not None:
+            raise _energy.EnergyUnavailable(f"the lowest_energy policy measures GPU energy, which cannot be "
+                                            f"measured here: {why}; use 'fastest' or 'least_workspace'")
     backward = any(d != "fwd" for d in directions)
     configurations = [c for c in collect_configurations(model, example_inputs, backward=backward,
                                                          loss_fn=loss_fn)
                       if c[0].direction in directions]
     plan = Plan({}, policy=policy)
+    if policy == "lowest_energy":
+        _decide_lowest_energy(configurations, plan, progress, execution_plans, time_guard, energy_budget_s,
+                              energy_settings or TUNE_ENERGY)
+        return plan
     with _compile_workers.running(policy == "fastest" and _PREPARE_AHEAD):
         _decide_all(configurations, plan, policy, progress, execution_plans, retune)
     return plan
+
+
+def _decide_lowest_energy(configurations: Sequence[Configuration], plan: Plan, progress: bool,
+                          execution_plans: bool, time_guard: float, energy_budget_s: float,
+                          settings: EnergySettings) -> None:
+    limit = _flags.get_flag("conv_workspace_limit")
+    devices = {spec: device for spec, _, _, device in configurations}
+
+    def table_for(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> ProfileTable:
+        with torch.cuda.device(devices[spec]):
+            return profile(spec, allow_tf32=allow_tf32, deterministic=deterministic, warmup=3, reps=10,
+                           energy=False, workspace_limit=limit)
+
+    def energy_for(spec: ConvSpec, table: ProfileTable, values: Sequence[int | str], energy: EnergySettings,
+                   allow_tf32: bool, deterministic: bool) -> ProfileTable:
+        with torch.cuda.device(devices[spec]):
+            return measure_table_energy(spec, table, values, energy, allow_tf32=allow_tf32,
+                                        deterministic=deterministic)
+
+    entries = decide_lowest_energy(configurations, table_for, energy_for, time_guard=time_guard,
+                                   energy_budget_s=energy_budget_s, settings=settings, workspace_limit=limit,
+                                   progress=lambda items: _progress(items, progress))
+    for spec, deterministic, allow_tf32, device in configurations:
+        entry = entries[spec]
+        if execution_plans:
+            with torch.cuda.device(device):
+                entry = _with_execution_plan(spec, deterministic, allow_tf32, entry)
+        plan[spec] = entry
 
 
 def _decide_all(configurations: Sequence[Configuration], plan: Plan, policy: str, progress: bool,

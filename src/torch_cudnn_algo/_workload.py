@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["AMP_DTYPES", "DEFAULT_NET_TEXT", "build_workload", "workload_arguments"]
+__all__ = ["AMP_DTYPES", "DEFAULT_NET_TEXT", "build_workload", "energy_settings", "workload_arguments"]
 
 AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}
 
@@ -36,8 +36,13 @@ def workload_arguments(parser: argparse.ArgumentParser) -> None:
                         "heuristics and the tuned plan alternate within each")
     parser.add_argument("--steps", type=int, default=20, help="training steps per wall-time round (default 20)")
     parser.add_argument("--energy", action=argparse.BooleanOptionalAction, default=True,
-                        help="NVML energy per step, where the GPU has the counter (default: on; about 1 s "
-                             "per mode and round)")
+                        help="energy per step from NVML's counter, where the GPU has it: the modes alternated "
+                             "in windows of seconds, after a warm-up to a steady temperature, with an A/A control "
+                             "(default: on; about --energy-rounds x (modes + 1) x --energy-window-s seconds plus "
+                             "up to 60 s of warm-up; see docs/energy.md)")
+    parser.add_argument("--energy-window-s", type=float, default=2.0, metavar="SECONDS",
+                        help="least length of an energy window (default 2.0)")
+    parser.add_argument("--energy-rounds", type=int, default=5, help="energy windows per mode (default 5)")
 
 
 def _load_callable(spec: str) -> Callable[[], object]:
@@ -74,3 +79,12 @@ def build_workload(args: argparse.Namespace) -> tuple[torch.nn.Module, tuple[obj
     same weights."""
     torch.manual_seed(args.seed)
     return _user_model(args.model) if args.model else _default_model(args)
+
+
+def energy_settings(args: argparse.Namespace):
+    """The energy measurement of ``args`` (``--energy-window-s``, ``--energy-rounds``)."""
+    import dataclasses
+
+    from ._step_timing import STEP_ENERGY
+
+    return dataclasses.replace(STEP_ENERGY, window_s=args.energy_window_s, rounds=args.energy_rounds)

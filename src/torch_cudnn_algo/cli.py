@@ -24,7 +24,8 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 
 from . import _benchmark_child, _build, _step_timing
-from ._workload import AMP_DTYPES, DEFAULT_NET_TEXT, build_workload, workload_arguments
+from ._energy import EnergyUnavailable
+from ._workload import AMP_DTYPES, DEFAULT_NET_TEXT, build_workload, energy_settings, workload_arguments
 
 EXIT_NO_GPU = 2
 DEFAULT_PLAN_PATH = "torch-cudnn-algo-plan.json"
@@ -214,8 +215,14 @@ def _profile(args: argparse.Namespace) -> int:
     import torch_cudnn_algo
 
     _require_gpu("profile")
+    energy: bool | object = False
+    if args.energy:
+        from torch_cudnn_algo._profile_energy import PROFILE_ENERGY
+
+        energy = dataclasses.replace(PROFILE_ENERGY, window_s=args.energy_window_s, rounds=args.energy_rounds)
     table = torch_cudnn_algo.profile(args.conv, allow_tf32=args.tf32, deterministic=args.deterministic,
-                                     reps=args.reps, energy=args.energy)
+                                     reps=args.reps, energy=energy, energy_within=args.energy_within,
+                                     energy_candidates=args.energy_candidates)
     print(f"{args.conv}")
     print(table)
     if args.json:
@@ -227,6 +234,11 @@ def _profile(args: argparse.Namespace) -> int:
 
         plot_profile(table, args.plot)
         print(f"time against workspace plotted to {args.plot}")
+    if args.energy_plot:
+        from torch_cudnn_algo._plot import plot_profile_energy
+
+        plot_profile_energy(table, args.energy_plot)
+        print(f"energy against time plotted to {args.energy_plot}")
     return 0
 
 
@@ -321,25 +333,30 @@ _RATIO_MEASURES = (("wall_ms", "wall"), ("gpu_ms", "GPU"), ("conv_ms", "conv GPU
 
 
 def format_summary(heuristics: StepRow, benchmark: StepRow, tuned: StepRow, *, rounds: int, steps: int,
-                   energy_note: str = "") -> str:
+                   energy_note: str = "", aa: StepRow | None = None, energy_summary: str = "") -> str:
     """The tune command's summary: one row per mode (stock heuristics, stock benchmark=True
-    from another process, the tuned plan), then the tuned plan's ratios to each stock mode."""
+    from another process, the tuned plan; ``aa``: stock heuristics measured again for energy,
+    the A/A control), then the tuned plan's ratios to each stock mode and the A/A's."""
     rows: list[Sequence[str]] = [("mode", "wall ms/step", "GPU ms/step", "conv GPU ms", "J/step", "decide s"),
-                                 ("", "median (min-max)", "median (min-max)", "median", "median", "")]
-    for row in (heuristics, benchmark, tuned):
+                                 ("", "median (min-max)", "median (min-max)", "median", "median (min-max)", "")]
+    for row in (heuristics, benchmark, tuned, *((aa,) if aa is not None else ())):
         if row.times is None:
             rows.append((row.label, row.failure or "not measured"))
             continue
         decide = "-" if row.decide_s is None else f"{row.decide_s:.1f} ({row.decide_what})"
-        rows.append((row.label, _spread(_values(row, "wall_ms"), 2), _spread(_values(row, "gpu_ms"), 2),
-                     _num(_median(_values(row, "conv_ms")), 2), _num(_median(_values(row, "energy_j")), 3),
-                     decide))
+        rows.append((row.label, _spread(_values(row, "wall_ms"), 2) if _values(row, "wall_ms") else "-",
+                     _spread(_values(row, "gpu_ms"), 2) if _values(row, "gpu_ms") else "-",
+                     _num(_median(_values(row, "conv_ms")), 2) if _values(row, "conv_ms") else "-",
+                     _spread(_values(row, "energy_j"), 3), decide))
     ratios: list[Sequence[str]] = [("tuned plan vs", *(name for _, name in _RATIO_MEASURES), "decide")]
     if heuristics.times is not None and tuned.times is not None:
         ratios.append(("stock heuristics (per round)", *(_spread(_paired_ratios(heuristics, tuned, measure), 3)
                                              for measure, _ in _RATIO_MEASURES), "-"))
     else:
         ratios.append(("stock heuristics (per round)", heuristics.failure or tuned.failure or "not measured"))
+    if aa is not None and aa.times is not None and heuristics.times is not None:
+        ratios.append(("stock heuristics A/A (per round)", "-", "-", "-",
+                       _spread(_paired_ratios(heuristics, aa, "energy_j"), 3), "-"))
     if benchmark.times is not None and tuned.times is not None:
         decide = (f"{benchmark.decide_s / tuned.decide_s:.1f}" if benchmark.decide_s is not None and tuned.decide_s
                   else "n/a")
@@ -351,7 +368,10 @@ def format_summary(heuristics: StepRow, benchmark: StepRow, tuned: StepRow, *, r
     notes = [
         f"wall: {steps} eager steps per round. GPU: every kernel's duration summed over 2 steps under "
         "torch.profiler (no launch gaps); conv GPU: the convolution ops' kernels alone. J/step: NVML's energy "
-        f"counter over whole eager steps{energy_note}. decide s: tune() for the tuned plan (its recording pass, a "
+        "counter over windows of whole eager steps, stock heuristics and the tuned plan alternated in this process "
+        "after a warm-up, stock heuristics measured twice (the A/A row: two identical modes differ by this much, "
+        "so a smaller difference is not resolved); the benchmark=True row's J/step is from its own process, "
+        f"against its own A/A{energy_note}. decide s: tune() for the tuned plan (its recording pass, a "
         "first step on stock's heuristics, included); the first step for benchmark=True (its search and "
         "execution plan builds).",
         f"The benchmark=True row comes from another process (python -m {BENCHMARK_MODULE}): stock shares one "
@@ -363,6 +383,8 @@ def format_summary(heuristics: StepRow, benchmark: StepRow, tuned: StepRow, *, r
              "ratios, stock's / tuned's (above 1: the tuned plan is faster, uses less energy, decides sooner):",
              *_table(ratios)]
     lines += [textwrap.fill(note, width=110) for note in notes]
+    if energy_summary:
+        lines.append(textwrap.fill(f"energy: {energy_summary}", width=110))
     return "\n".join(lines)
 
 
@@ -397,13 +419,14 @@ def _stock() -> Iterator[None]:
         yield
 
 
-def _energy_note(args: argparse.Namespace, times: Mapping[str, Mapping[str, Sequence[float | None]]]) -> str:
-    """Why the energy column says n/a, where it does."""
+def _energy_note(args: argparse.Namespace, times: Mapping[str, Mapping[str, Sequence[float | None]]],
+                 why: str = "") -> str:
+    """Why the energy column says n/a, where it does (``why``: what the measurement said)."""
     measured = [v for mode in times.values() for v in mode.get("energy_j", ())]
     if not args.energy:
         return " (n/a: --no-energy)"
     if not measured:
-        return " (n/a: this GPU or driver has no counter)"
+        return f" (n/a: {why or 'this GPU or driver has no counter'})"
     if all(v is None for v in measured):
         return " (n/a: the counter did not update often enough to measure)"
     return ""
@@ -433,7 +456,8 @@ def _tune(args: argparse.Namespace) -> int:
     with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
         started = time.perf_counter()
         plan = torch_cudnn_algo.tune(model, inputs, policy=args.policy, directions=directions,
-                                     progress=not args.no_progress, execution_plans=args.execution_plans)
+                                     progress=not args.no_progress, execution_plans=args.execution_plans,
+                                     time_guard=args.time_guard, energy_budget_s=args.energy_budget_s)
         torch.cuda.synchronize()
     tune_seconds = time.perf_counter() - started
     print(f"tuned {len(plan)} configurations in {tune_seconds:.1f} s")
@@ -453,12 +477,25 @@ def _tune(args: argparse.Namespace) -> int:
 
     print(f"timing stock heuristics and the tuned plan in this process, {args.rounds} alternating rounds ...",
           flush=True)
-    times = _step_timing.measure_modes(step, {"stock": _stock, "tuned": lambda: torch_cudnn_algo.use_plan(plan)},
-                                       args.rounds, args.steps, energy=args.energy)
+    modes = {"stock": _stock, "tuned": lambda: torch_cudnn_algo.use_plan(plan)}
+    times = _step_timing.measure_modes(step, modes, args.rounds, args.steps)
+    aa, why, summary = None, "", ""
+    if args.energy:
+        settings = energy_settings(args)
+        print(f"measuring energy per step: stock heuristics, the tuned plan and stock again (A/A) alternated, "
+              f"{settings.rounds} rounds of {settings.window_s:g} s windows after a warm-up ...", flush=True)
+        report, why = _step_timing.step_energy(step, modes, settings)
+        for mode in modes:
+            times[mode]["energy_j"] = _step_timing.per_round_joules(report, mode)
+        if report is not None:
+            aa = StepRow("stock heuristics (A/A, energy only)",
+                         {"energy_j": _step_timing.per_round_joules(report, report.aa_label or "")})
+            summary = report.summary()
     benchmark = _benchmark_row(args)
     print(format_summary(StepRow("stock heuristics", times["stock"]), benchmark,
                          StepRow(f"tuned plan ({args.policy})", times["tuned"], tune_seconds, "tune()"),
-                         rounds=args.rounds, steps=args.steps, energy_note=_energy_note(args, times)))
+                         rounds=args.rounds, steps=args.steps, energy_note=_energy_note(args, times, why), aa=aa,
+                         energy_summary=summary))
     print(f"use the plan with TORCH_CUDNN_ALGO_PLAN={args.output} python train.py "
           "or torch_cudnn_algo.use_plan(torch_cudnn_algo.load_plan(path))")
     return 0
@@ -494,8 +531,19 @@ def build_parser() -> argparse.ArgumentParser:
     prof = commands.add_parser("profile", help="run and time every candidate of a convolution")
     _settings_arguments(prof)
     prof.add_argument("--reps", type=int, default=20, help="timed calls per candidate (median reported)")
-    prof.add_argument("--energy", action=argparse.BooleanOptionalAction, default=True,
-                      help="NVML energy per call (about 0.3 s more per candidate)")
+    prof.add_argument("--energy", action=argparse.BooleanOptionalAction, default=False,
+                      help="also energy per call from NVML's counter, against stock's configuration with an A/A "
+                           "control, for the candidates within --energy-within of stock's time (default: off; "
+                           "about 3-4 s per candidate measured plus up to 30 s of warm-up; see docs/energy.md)")
+    prof.add_argument("--energy-within", type=float, default=0.10, metavar="FRACTION",
+                      help="measure energy only for candidates at most this much slower than stock (default 0.10)")
+    prof.add_argument("--energy-candidates", type=int, default=6,
+                      help="measure energy for at most this many candidates, fastest first (default 6)")
+    prof.add_argument("--energy-window-s", type=float, default=1.0, metavar="SECONDS",
+                      help="least length of an energy window (default 1.0)")
+    prof.add_argument("--energy-rounds", type=int, default=3, help="energy windows per candidate (default 3)")
+    prof.add_argument("--energy-plot", metavar="FILE.png", help="with --energy: draw energy per call against "
+                      "time per call, one point per candidate measured, stock marked (needs matplotlib)")
     prof.add_argument("--plot", metavar="FILE.png", help="draw time against workspace per candidate "
                       "(needs matplotlib: pip install 'torch-cudnn-algo[plot]')")
     prof.add_argument("--json", metavar="FILE.json", help="also write the table as JSON")
@@ -506,7 +554,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=TUNE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     workload_arguments(tune)
     tune.add_argument("--policy", choices=("fastest", "least_workspace", "lowest_energy"), default="fastest",
-                      help="how each configuration is decided (default fastest)")
+                      help="how each configuration is decided (default fastest; lowest_energy: see --time-guard)")
+    tune.add_argument("--time-guard", type=float, default=0.02, metavar="FRACTION",
+                      help="lowest_energy: a pick is at most this much slower than stock's configuration "
+                           "(default 0.02)")
+    tune.add_argument("--energy-budget-s", type=float, default=300.0, metavar="SECONDS",
+                      help="lowest_energy: seconds of energy measuring at most, longest configurations first "
+                           "(default 300)")
     tune.add_argument("--directions", default="fwd,bwd_data,bwd_filter",
                       type=_directions_argument, help="comma-separated cuDNN directions to plan (default all three)")
     tune.add_argument("--output", "-o", default=DEFAULT_PLAN_PATH, help=f"plan file (default {DEFAULT_PLAN_PATH})")
@@ -537,14 +591,25 @@ def _directions_argument(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    for name in ("reps", "batch", "image_size", "rounds", "steps", "benchmark_timeout"):
+    for name in ("reps", "batch", "image_size", "rounds", "steps", "benchmark_timeout", "energy_window_s",
+                 "energy_rounds", "energy_candidates"):
         if getattr(args, name, 1) < 1:
             print(f"torch-cudnn-algo {args.command}: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
+    for name in ("energy_within", "time_guard", "energy_budget_s"):
+        if getattr(args, name, 0) < 0:
+            print(f"torch-cudnn-algo {args.command}: --{name.replace('_', '-')} must be >= 0", file=sys.stderr)
+            return 2
+    if getattr(args, "energy_plot", None) and not args.energy:
+        print(f"torch-cudnn-algo {args.command}: --energy-plot needs --energy", file=sys.stderr)
+        return 2
     try:
         return args.run(args)
     except GpuUnavailable as exc:
         print(exc, file=sys.stderr)
+        return EXIT_NO_GPU
+    except EnergyUnavailable as exc:
+        print(f"torch-cudnn-algo {args.command}: {exc}", file=sys.stderr)
         return EXIT_NO_GPU
 
 

@@ -1,0 +1,117 @@
+"""CPU: tune(policy="lowest_energy")'s decisions (_tune_energy) on synthetic profile tables:
+energy measured only for candidates within the time guard, longest configurations first until the
+budget is spent, one warm-up then pre-rolls, stock's path wherever no saving is resolved."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import torch_cudnn_algo
+from torch_cudnn_algo import ConvSpec, ProfileRow, ProfileTable
+from torch_cudnn_algo._energy import PRE_ROLL
+from torch_cudnn_algo._tune_energy import TUNE_ENERGY, candidates_within_guard, decide_lowest_energy, \
+    energy_decisions
+
+LONG = ConvSpec.parse("conv2d 64x256x56x56 -> 256x3x3 s1 p1 fp16 channels_last fwd")
+MIDDLE = ConvSpec.parse("conv2d 64x128x28x28 -> 128x3x3 s1 p1 fp16 channels_last fwd")
+SHORT = ConvSpec.parse("conv2d 64x64x14x14 -> 64x1x1 s1 p0 fp16 channels_last fwd")
+
+
+def row(value, time_ms: float, error: float = 1e-4) -> ProfileRow:
+    return ProfileRow(value, "stock" if value is None else "heuristics_a", "ok", time_ms, 0, True, (), error)
+
+
+TABLES = {
+    LONG: [row(None, 2.0), row("eng1", 2.02), row("eng2", 1.9), row("eng3", 3.0)],
+    MIDDLE: [row(None, 1.0), row("eng4", 1.5)],  # nothing within the guard
+    SHORT: [row(None, 0.5), row("eng5", 0.5)],
+}
+# What energy_for measures: J/call over stock's per candidate, and the A/A spread.
+RATIOS = {"eng1": 0.90, "eng2": 0.98, "eng3": 1.10, "eng4": 0.85, "eng5": 0.80}
+
+
+def table_for(spec, deterministic, allow_tf32) -> ProfileTable:
+    return ProfileTable(spec.direction, str(spec), "float16", list(TABLES[spec]))
+
+
+class Recorder:
+    def __init__(self, seconds: float = 10.0, resolution: float = 0.01) -> None:
+        self.calls: list[tuple[ConvSpec, tuple, object]] = []
+        self.now, self.seconds, self.resolution = 0.0, seconds, resolution
+
+    def clock(self) -> float:
+        return self.now
+
+    def energy_for(self, spec, table, values, settings, allow_tf32, deterministic) -> ProfileTable:
+        self.calls.append((spec, tuple(values), settings.warmup))
+        self.now += self.seconds
+        rows = [dataclasses.replace(r, energy_j=1.0) if r.value is None else
+                dataclasses.replace(r, energy_j=RATIOS[r.value], energy_vs_stock=RATIOS[r.value])
+                if r.value in values else r for r in table.rows]
+        return ProfileTable(table.direction, table.convolution, table.dtype, rows,
+                            {"energy_measure": {"resolution": self.resolution, "summary": "fake"}})
+
+
+def configurations():
+    return [(SHORT, False, True, 0), (LONG, False, True, 0), (MIDDLE, False, True, 0)]
+
+
+def test_measures_only_candidates_within_the_guard_longest_configuration_first() -> None:
+    recorder = Recorder()
+    entries = decide_lowest_energy(configurations(), table_for, recorder.energy_for, time_guard=0.02,
+                                   energy_budget_s=100.0, clock=recorder.clock)
+    assert [(spec, values) for spec, values, _ in recorder.calls] == [(LONG, ("eng2", "eng1")), (SHORT, ("eng5",))]
+    # One warm-up to a steady temperature, then a pre-roll before each later configuration.
+    assert [warmup for *_, warmup in recorder.calls] == [TUNE_ENERGY.warmup, PRE_ROLL]
+    assert list(entries) == [SHORT, LONG, MIDDLE]  # the plan keeps the model's order
+    assert entries[LONG].choice == "eng1" and entries[LONG].energy_j == 0.90 and entries[LONG].stock_ms == 2.0
+    assert entries[SHORT].choice == "eng5"
+    assert entries[MIDDLE].choice is None
+    decisions = {d.configuration: d for d in energy_decisions()}
+    assert "no candidate within the time guard (2%" in decisions[str(MIDDLE)].reason
+    assert decisions[str(LONG)].energy_vs_stock == 0.90 and decisions[str(LONG)].measured == ("eng2", "eng1")
+
+
+def test_a_wider_guard_admits_slower_candidates() -> None:
+    recorder = Recorder()
+    decide_lowest_energy(configurations(), table_for, recorder.energy_for, time_guard=0.6, energy_budget_s=100.0,
+                         clock=recorder.clock)
+    assert (MIDDLE, ("eng4",)) in [(spec, values) for spec, values, _ in recorder.calls]
+
+
+def test_when_the_budget_is_spent_the_rest_keep_stocks_path() -> None:
+    recorder = Recorder(seconds=10.0)
+    entries = decide_lowest_energy(configurations(), table_for, recorder.energy_for, time_guard=0.02,
+                                   energy_budget_s=5.0, clock=recorder.clock)
+    assert [spec for spec, *_ in recorder.calls] == [LONG]
+    assert entries[SHORT].choice is None
+    decision = next(d for d in energy_decisions() if d.configuration == str(SHORT))
+    assert decision.reason.startswith("not measured: the energy budget of 5 s was spent")
+
+
+def test_a_saving_inside_the_aa_spread_keeps_stocks_path() -> None:
+    recorder = Recorder(resolution=0.25)  # the A/A control spread 25%: 10% and 20% savings are noise
+    entries = decide_lowest_energy(configurations(), table_for, recorder.energy_for, time_guard=0.02,
+                                   energy_budget_s=100.0, clock=recorder.clock)
+    assert all(entry.choice is None for entry in entries.values())
+    assert "25.0% (the minimum saving, or the A/A spread)" in energy_decisions()[1].reason
+
+
+def test_candidates_within_guard_apply_the_policy_rules() -> None:
+    table = ProfileTable("fwd", "conv", "float16", [row(None, 1.0), row("eng1", 1.01), row("eng2", 0.9),
+                                                    row("eng3", 0.95, error=1.0)])
+    assert candidates_within_guard(table, 0.02, False, True, None) == ["eng2", "eng1"]  # eng3: inaccurate
+    no_stock = ProfileTable("fwd", "conv", "float16", [row("eng1", 1.0)])
+    assert candidates_within_guard(no_stock, 0.02, False, True, None) == []
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [({"time_guard": -0.1}, "time_guard must be a fraction >= 0"),
+                                                 ({"energy_budget_s": -1}, "energy_budget_s must be a number"),
+                                                 ({"energy_settings": 5}, "energy_settings must be an EnergySettings")])
+def test_tune_rejects_bad_energy_arguments(kwargs: dict, message: str) -> None:
+    import torch
+
+    with pytest.raises(ValueError, match=message):
+        torch_cudnn_algo.tune(torch.nn.Conv2d(3, 3, 3), (torch.zeros(1, 3, 8, 8),), policy="lowest_energy", **kwargs)
