@@ -54,6 +54,17 @@ def event_ms(run, calls: int = 20) -> float:
     return start.elapsed_time(end) / calls
 
 
+def test_a_replay_keeps_its_operands_alive_across_a_later_capture():
+    # The operands live only in the captured callable; a second capture empties the allocator's
+    # cache, which would unmap them were the replay not holding the callable.
+    first = matmul_replay(calls=1)
+    second, why = graph_replay(lambda: torch.cuda._sleep(1000), 1)
+    assert second is not None, why
+    first()
+    second()
+    torch.cuda.synchronize()
+
+
 def test_counter_and_power_readings_agree_on_a_busy_workload():
     report = measure_energy({"busy": matmul_replay()}, settings=SHORT)
     busy = report["busy"]

@@ -533,7 +533,21 @@ def graph_replay(run: Callable[[], object], calls: int,
             torch.cuda.synchronize()
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return None, f"CUDA graph capture failed ({type(exc).__name__}: {first_line})"
-    return graph.replay, None
+    return _GraphReplay(graph, run), None
+
+
+class _GraphReplay:
+    """A captured graph's replay that keeps the captured callable alive. The graph reads and
+    writes the memory of the tensors ``run`` holds; were they freed, a later capture's
+    ``empty_cache()`` would hand that memory back to the driver under the graph."""
+
+    __slots__ = ("_graph", "_run")
+
+    def __init__(self, graph: object, run: Callable[[], object]) -> None:
+        self._graph, self._run = graph, run
+
+    def __call__(self) -> None:
+        self._graph.replay()
 
 
 def calls_per_replay(call_ms: float, target_ms: float = 2.0, most: int = 1000) -> int:
