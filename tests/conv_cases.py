@@ -138,9 +138,13 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def reaches_cudnn(form: ConvForm, x: torch.Tensor, w: torch.Tensor) -> bool:
     """Whether stock PyTorch routes this convolution to cuDNN at all."""
     n = form.spatial_dims
+
+    def per_dim(value: int | tuple[int, ...]) -> list[int]:
+        return list(value) if isinstance(value, tuple) else [value] * n
+
     backend = torch._C._select_conv_backend(
-        x, w, None, [form.stride] * n, [form.padding] * n, [form.dilation] * n, form.transposed,
-        [form.output_padding] * n, form.groups,
+        x, w, None, per_dim(form.stride), per_dim(form.padding), per_dim(form.dilation), form.transposed,
+        per_dim(form.output_padding), form.groups,
     )
     expected = torch._C._ConvBackend.CudnnTranspose if form.transposed else torch._C._ConvBackend.Cudnn
     return backend == expected
