@@ -1,6 +1,7 @@
 """CPU: tune(policy="lowest_energy")'s decisions (_tune_energy) on synthetic profile tables:
-energy measured only for candidates within the time guard, longest configurations first until the
-budget is spent, one warm-up then pre-rolls, stock's path wherever no saving is resolved."""
+energy measured only for candidates within the time guard, longest configurations first (by stock's
+time) until the budget is spent, time profiles counted in it, one warm-up then pre-rolls, stock's
+path wherever no saving is resolved."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ def table_for(spec, deterministic, allow_tf32) -> ProfileTable:
     return ProfileTable(spec.direction, str(spec), "float16", list(TABLES[spec]))
 
 
+def stock_time_for(spec, deterministic, allow_tf32) -> float:
+    return next(r.time_ms for r in TABLES[spec] if r.value is None)
+
+
 class Recorder:
     def __init__(self, seconds: float = 10.0, resolution: float = 0.01) -> None:
         self.calls: list[tuple[ConvSpec, tuple, object]] = []
@@ -60,7 +65,7 @@ def configurations():
 
 def test_measures_only_candidates_within_the_guard_longest_configuration_first() -> None:
     recorder = Recorder()
-    entries = decide_lowest_energy(configurations(), table_for, recorder.energy_for, time_guard=0.02,
+    entries = decide_lowest_energy(configurations(), stock_time_for, table_for, recorder.energy_for, time_guard=0.02,
                                    energy_budget_s=100.0, clock=recorder.clock)
     assert [(spec, values) for spec, values, _ in recorder.calls] == [(LONG, ("eng2", "eng1")), (SHORT, ("eng5",))]
     # One warm-up to a steady temperature, then a pre-roll before each later configuration.
@@ -76,14 +81,14 @@ def test_measures_only_candidates_within_the_guard_longest_configuration_first()
 
 def test_a_wider_guard_admits_slower_candidates() -> None:
     recorder = Recorder()
-    decide_lowest_energy(configurations(), table_for, recorder.energy_for, time_guard=0.6, energy_budget_s=100.0,
-                         clock=recorder.clock)
+    decide_lowest_energy(configurations(), stock_time_for, table_for, recorder.energy_for, time_guard=0.6,
+                         energy_budget_s=100.0, clock=recorder.clock)
     assert (MIDDLE, ("eng4",)) in [(spec, values) for spec, values, _ in recorder.calls]
 
 
 def test_when_the_budget_is_spent_the_rest_keep_stocks_path() -> None:
     recorder = Recorder(seconds=10.0)
-    entries = decide_lowest_energy(configurations(), table_for, recorder.energy_for, time_guard=0.02,
+    entries = decide_lowest_energy(configurations(), stock_time_for, table_for, recorder.energy_for, time_guard=0.02,
                                    energy_budget_s=5.0, clock=recorder.clock)
     assert [spec for spec, *_ in recorder.calls] == [LONG]
     assert entries[SHORT].choice is None
@@ -91,9 +96,28 @@ def test_when_the_budget_is_spent_the_rest_keep_stocks_path() -> None:
     assert decision.reason.startswith("not measured: the energy budget of 5 s was spent")
 
 
+def test_time_profiles_count_towards_the_budget_and_are_made_only_within_it() -> None:
+    recorder = Recorder(seconds=1.0)
+    profiled = []
+
+    def slow_table_for(spec, deterministic, allow_tf32) -> ProfileTable:
+        profiled.append(spec)
+        recorder.now += 10.0  # a profile table: every engine configuration built and timed
+        return table_for(spec, deterministic, allow_tf32)
+
+    entries = decide_lowest_energy(configurations(), stock_time_for, slow_table_for, recorder.energy_for,
+                                   time_guard=0.02, energy_budget_s=10.5, clock=recorder.clock)
+    # LONG (stock 2 ms) is profiled (10 s) and measured (1 s); SHORT and MIDDLE are not even profiled.
+    assert profiled == [LONG] and [spec for spec, *_ in recorder.calls] == [LONG]
+    assert entries[LONG].choice == "eng1"
+    assert entries[MIDDLE].choice is None and entries[MIDDLE].stock_ms == 1.0
+    reasons = {d.configuration: d.reason for d in energy_decisions()}
+    assert reasons[str(MIDDLE)].startswith("not measured: the energy budget of 10.5 s was spent")
+
+
 def test_a_saving_inside_the_aa_spread_keeps_stocks_path() -> None:
     recorder = Recorder(resolution=0.25)  # the A/A control spread 25%: 10% and 20% savings are noise
-    entries = decide_lowest_energy(configurations(), table_for, recorder.energy_for, time_guard=0.02,
+    entries = decide_lowest_energy(configurations(), stock_time_for, table_for, recorder.energy_for, time_guard=0.02,
                                    energy_budget_s=100.0, clock=recorder.clock)
     assert all(entry.choice is None for entry in entries.values())
     assert "25.0% (the minimum saving, or the A/A spread)" in energy_decisions()[1].reason

@@ -11,11 +11,13 @@ in the requested directions is then decided by the policy:
   by 1% and match a float64 reference);
 - ``"least_workspace"``: the full profile table; the smallest workspace within
   5% of the fastest eligible candidate;
-- ``"lowest_energy"``: the full profile table for time, then energy per call
-  measured (``_energy``: windows of seconds, alternated with stock's
-  configuration, A/A control) for the few candidates within the time guard of
-  stock's time; the least energy where it saves more than the A/A spread,
-  else stock's path (``_tune_energy``; needs NVML's energy counter).
+- ``"lowest_energy"``: configurations ordered by stock's time (the
+  ``"fastest"`` tuner's), the longest first; for each, until the energy budget
+  is spent, the full profile table for time, then energy per call measured
+  (``_energy``: windows of seconds, alternated with stock's configuration, A/A
+  control) for the few candidates within the time guard of stock's time; the
+  least energy where it saves more than the A/A spread, else stock's path
+  (``_tune_energy``; needs NVML's energy counter).
 
 Each engine configuration picked is kept with its execution plan as cuDNN
 built it (serialised), where cuDNN can serialise it, so that loading the plan
@@ -179,7 +181,8 @@ def tune(
     candidates (at most 3) within ``time_guard`` of stock's own configuration's
     time (0.02: 2% slower at most), against stock's configuration with an A/A
     control, configurations with the longest stock time first until
-    ``energy_budget_s`` seconds of measuring are spent (``energy_settings``:
+    ``energy_budget_s`` seconds of time profiles and energy measuring are
+    spent (``energy_settings``:
     default 1 s windows, 3 rounds, one warm-up); a configuration runs the
     candidate with the least energy only where it saves more than 1% and more
     than the A/A spread, else stock's path (docs/energy.md). It raises
@@ -236,6 +239,12 @@ def _decide_lowest_energy(configurations: Sequence[Configuration], plan: Plan, p
     limit = _flags.get_flag("conv_workspace_limit")
     devices = {spec: device for spec, _, _, device in configurations}
 
+    def stock_time_for(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> float | None:
+        # The "fastest" tuner times stock's configuration beside its pick in a fraction of a
+        # profile table's time (or takes both from the tuning database).
+        with torch.cuda.device(devices[spec]):
+            return _decide_fastest(spec, deterministic, allow_tf32, retune=False).stock_ms
+
     def table_for(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> ProfileTable:
         with torch.cuda.device(devices[spec]):
             return profile(spec, allow_tf32=allow_tf32, deterministic=deterministic, warmup=3, reps=10,
@@ -247,7 +256,7 @@ def _decide_lowest_energy(configurations: Sequence[Configuration], plan: Plan, p
             return measure_table_energy(spec, table, values, energy, allow_tf32=allow_tf32,
                                         deterministic=deterministic)
 
-    entries = decide_lowest_energy(configurations, table_for, energy_for, time_guard=time_guard,
+    entries = decide_lowest_energy(configurations, stock_time_for, table_for, energy_for, time_guard=time_guard,
                                    energy_budget_s=energy_budget_s, settings=settings, workspace_limit=limit,
                                    progress=lambda items: _progress(items, progress))
     for spec, deterministic, allow_tf32, device in configurations:

@@ -1,13 +1,15 @@
 """``tune(policy="lowest_energy")``: decisions from measured energy, with a time guard, at a cost
 that stays tractable on a whole network.
 
-1. Every configuration is profiled for time (no energy): the profile table, as
-   ``"least_workspace"`` uses it.
-2. Energy is measured only where there is a choice to make: for the candidates (at most
-   ``MAX_CANDIDATES``, fastest first) whose time is within ``time_guard`` of stock's own
-   configuration, against stock's configuration and its A/A twin (``_energy``). The
-   configurations go in order of stock's time, the longest first (where a saving weighs most
-   in a step), until ``energy_budget_s`` seconds of measuring are spent.
+1. The configurations are ordered by the time of stock's own configuration, the longest first
+   (where a saving weighs most in a step), as the ``"fastest"`` tuner measures it (seconds for a
+   whole network, and kept in the tuning database).
+2. In that order, until ``energy_budget_s`` seconds are spent: the configuration is profiled for
+   time (the profile table, as ``"least_workspace"`` uses it: every engine configuration built
+   and timed, about a second or two each), and energy is measured only where there is a choice
+   to make: for the candidates (at most ``MAX_CANDIDATES``, fastest first) whose time is within
+   ``time_guard`` of stock's own configuration, against stock's configuration and its A/A twin
+   (``_energy``). Both count towards the budget, so it bounds the policy's cost on any network.
 3. A configuration's pick is the ``"lowest_energy"`` rule (``choose_lowest_energy``): the least
    energy within the guard, only where it saves more than the A/A spread and the minimum saving.
    Elsewhere, and where energy was not measured (no candidate within the guard, budget spent),
@@ -67,6 +69,7 @@ def energy_decisions() -> list[EnergyDecision]:
 
 
 Configuration = tuple[ConvSpec, bool, bool, int]
+StockTimeFor = Callable[[ConvSpec, bool, bool], "float | None"]
 TableFor = Callable[[ConvSpec, bool, bool], ProfileTable]
 EnergyFor = Callable[[ConvSpec, ProfileTable, Sequence[int | str], EnergySettings, bool, bool], ProfileTable]
 
@@ -88,6 +91,7 @@ def candidates_within_guard(table: ProfileTable, time_guard: float, deterministi
 
 def decide_lowest_energy(
     configurations: Sequence[Configuration],
+    stock_time_for: StockTimeFor,
     table_for: TableFor,
     energy_for: EnergyFor,
     *,
@@ -98,18 +102,27 @@ def decide_lowest_energy(
     clock: Callable[[], float] = time.perf_counter,
     progress: Callable[[Sequence[Configuration]], Sequence[Configuration]] = lambda items: items,
 ) -> dict[ConvSpec, PlanEntry]:
-    """Every configuration's entry (see the module docstring). ``table_for`` profiles a
+    """Every configuration's entry (see the module docstring). ``stock_time_for`` gives the
+    time of stock's own configuration (ms, or None where unknown), ``table_for`` profiles a
     configuration for time, ``energy_for`` measures energy of the named candidates into its
-    table; both run on the configuration's device (the caller's concern)."""
+    table; all run on the configuration's device (the caller's concern)."""
     _DECISIONS.clear()
-    tables = {spec: table_for(spec, deterministic, allow_tf32)
-              for spec, deterministic, allow_tf32, _ in progress(configurations)}
-    order = sorted(configurations, key=lambda c: -((tables[c[0]].stock.time_ms or 0.0) if tables[c[0]].stock else 0.0))
+    stock_times = {spec: stock_time_for(spec, deterministic, allow_tf32)
+                   for spec, deterministic, allow_tf32, _ in progress(configurations)}
+    order = sorted(configurations, key=lambda c: -(stock_times[c[0]] or 0.0))
     spent, warmed = 0.0, False
     entries: dict[ConvSpec, PlanEntry] = {}
     decisions: dict[ConvSpec, EnergyDecision] = {}
     for spec, deterministic, allow_tf32, _ in order:
-        table = tables[spec]
+        if spent >= energy_budget_s:
+            stock_ms = stock_times[spec]
+            decisions[spec] = EnergyDecision(str(spec), None, f"not measured: the energy budget of "
+                                             f"{energy_budget_s:g} s was spent", stock_ms, stock_ms, None, None,
+                                             None, None)
+            continue
+        started = clock()
+        table = table_for(spec, deterministic, allow_tf32)
+        spent += clock() - started
         stock = table.stock
         stock_ms = stock.time_ms if stock is not None else None
         values = candidates_within_guard(table, time_guard, deterministic, allow_tf32, workspace_limit)
@@ -117,11 +130,6 @@ def decide_lowest_energy(
             reason = "stock's time unknown" if stock_ms is None else \
                 f"no candidate within the time guard ({time_guard * 100:g}% of stock's time)"
             decisions[spec] = EnergyDecision(str(spec), None, reason, stock_ms, stock_ms, None, None, None, None)
-            continue
-        if spent >= energy_budget_s:
-            decisions[spec] = EnergyDecision(str(spec), None, f"not measured: the energy budget of "
-                                             f"{energy_budget_s:g} s was spent", stock_ms, stock_ms, None, None,
-                                             None, None)
             continue
         started = clock()
         measured = energy_for(spec, table, values, settings if not warmed else
@@ -154,7 +162,7 @@ def decide_lowest_energy(
     _DECISIONS.extend(decisions[spec] for spec, *_ in configurations)
     picked = sum(1 for d in _DECISIONS if d.choice is not None)
     measured_count = sum(1 for d in _DECISIONS if d.measured)
-    logger.info("lowest_energy: energy measured on %d of %d configurations in %.0f s (budget %g s, time guard "
-                "%g%%); %d run a candidate that saves energy, the others stock's path",
+    logger.info("lowest_energy: energy measured on %d of %d configurations, %.0f s of time profiles and energy "
+                "(budget %g s, time guard %g%%); %d run a candidate that saves energy, the others stock's path",
                 measured_count, len(configurations), spent, energy_budget_s, time_guard * 100, picked)
     return {spec: entries[spec] for spec, *_ in configurations}

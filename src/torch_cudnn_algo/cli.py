@@ -559,8 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="lowest_energy: a pick is at most this much slower than stock's configuration "
                            "(default 0.02)")
     tune.add_argument("--energy-budget-s", type=float, default=300.0, metavar="SECONDS",
-                      help="lowest_energy: seconds of energy measuring at most, longest configurations first "
-                           "(default 300)")
+                      help="lowest_energy: seconds of time profiles and energy measuring at most, longest "
+                           "configurations first (default 300)")
     tune.add_argument("--directions", default="fwd,bwd_data,bwd_filter",
                       type=_directions_argument, help="comma-separated cuDNN directions to plan (default all three)")
     tune.add_argument("--output", "-o", default=DEFAULT_PLAN_PATH, help=f"plan file (default {DEFAULT_PLAN_PATH})")
