@@ -29,7 +29,7 @@
 // registers or shared memory, tap staging, block shape, vector width, slices);
 // this file picks one configuration per direction and filter width (the
 // Choice tables below) and dispatches to it. The check program's sweep
-// (scratch/gpu/depthwise_check.cu sweep, csrc/kernels/depthwise_sweep.cuh)
+// (scripts/kernel-checks/run sweep, csrc/kernels/depthwise_sweep.cuh)
 // times the alternatives; the winners go into the tables.
 //
 // Index arithmetic: 32-bit within an image row (depthwise_applies refuses a

@@ -1,6 +1,6 @@
 // The depthwise kernels' variant sweep: alternative configurations of
 // depthwise_kernels.cuh for the zoo's layers, which the check program
-// (scratch/gpu/depthwise_check.cu sweep) verifies and times so that the
+// (scripts/kernel-checks/run sweep) verifies and times so that the
 // winners go into depthwise.cu's Choice tables. Never part of the extension:
 // compiled only with TORCH_CUDNN_ALGO_DW_SWEEP defined, once per part
 // (DW_SWEEP_PART = 0 .. kSweepParts - 1, one per dtype, direction and
