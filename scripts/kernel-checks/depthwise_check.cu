@@ -24,6 +24,7 @@
 #include "kernels/depthwise.h"
 #include "kernels/direct_conv.h"
 
+#include "check_common.h"
 #include "depthwise_ref.h"
 
 #ifdef TORCH_CUDNN_ALGO_DW_SWEEP
@@ -53,32 +54,6 @@
 using namespace torch_cudnn_algo::kernels;
 using dwref::Case;
 
-#define CUDA_CHECK(expr)                                                                         \
-  do {                                                                                           \
-    const cudaError_t e_ = (expr);                                                               \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                              \
-    }                                                                                            \
-  } while (0)
-
-template <typename T> float to_float(T v);
-template <> float to_float<__half>(__half v) { return __half2float(v); }
-template <> float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> float to_float<float>(float v) { return v; }
-template <typename T> T from_float(float v);
-template <> __half from_float<__half>(float v) { return __float2half(v); }
-template <> __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <> float from_float<float>(float v) { return v; }
-template <typename T> DirectDType dtype_of();
-template <> DirectDType dtype_of<__half>() { return DirectDType::kHalf; }
-template <> DirectDType dtype_of<__nv_bfloat16>() { return DirectDType::kBFloat16; }
-template <> DirectDType dtype_of<float>() { return DirectDType::kFloat; }
-template <typename T> const char* dtype_name();
-template <> const char* dtype_name<__half>() { return "fp16"; }
-template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
-template <> const char* dtype_name<float>() { return "fp32"; }
-
 int g_sm_count = 0, g_clock_khz = 2000000, g_failures = 0;
 constexpr int64_t kGuard = 4096;  // elements before and after the output, which must stay untouched
 const DirectDirection kDirections[] = {DirectDirection::kForward, DirectDirection::kBackwardData,
@@ -88,18 +63,6 @@ __global__ void spin(long long cycles) {
   const long long start = clock64();
   while (clock64() - start < cycles) {
   }
-}
-
-template <typename T>
-std::vector<T> rounded_random(int64_t count, std::mt19937& rng, std::vector<float>& as_float) {
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<T> out(count);
-  as_float.resize(count);
-  for (int64_t i = 0; i < count; ++i) {
-    out[i] = from_float<T>(dist(rng));
-    as_float[i] = to_float<T>(out[i]);
-  }
-  return out;
 }
 
 // A device copy of host, `offset` elements past a 256-byte aligned start.
@@ -416,7 +379,6 @@ void run_wide() {
   CUDA_CHECK(cudaFree(d_b));
   CUDA_CHECK(cudaFree(d_w));
 }
-
 
 // The zoo's depthwise layers with cuDNN's best (H100, fp16) and the roofline bound.
 struct Layer {

@@ -11,6 +11,8 @@
 #include "kernels/direct_conv.h"
 #include "kernels/grouped_mma.h"
 
+#include "check_common.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -28,15 +30,6 @@
 
 using namespace torch_cudnn_algo::kernels;
 
-#define CUDA_CHECK(expr)                                                                         \
-  do {                                                                                           \
-    const cudaError_t e_ = (expr);                                                               \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                              \
-    }                                                                                            \
-  } while (0)
-
 struct Case {
   std::string name;
   int64_t n, c, h, w, k, r, s;
@@ -46,19 +39,6 @@ struct Case {
   bool time_it = false;
   const char* cudnn_note = "";        // cuDNN's best, as measured on an H100 (for the timing table)
 };
-
-template <typename T> float to_float(T v);
-template <> float to_float<__half>(__half v) { return __half2float(v); }
-template <> float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> T from_float(float v);
-template <> __half from_float<__half>(float v) { return __float2half(v); }
-template <> __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <typename T> DirectDType dtype_of();
-template <> DirectDType dtype_of<__half>() { return DirectDType::kHalf; }
-template <> DirectDType dtype_of<__nv_bfloat16>() { return DirectDType::kBFloat16; }
-template <typename T> const char* dtype_name();
-template <> const char* dtype_name<__half>() { return "fp16"; }
-template <> const char* dtype_name<__nv_bfloat16>() { return "bf16"; }
 
 int64_t out_extent(int64_t in, int64_t pad, int64_t dil, int64_t ker, int64_t stride) {
   return (in + 2 * pad - dil * (ker - 1) - 1) / stride + 1;
@@ -170,18 +150,6 @@ struct Result {
   double max_abs = 0, max_norm_rel = 0, worst_over_tol = 0;
   int64_t bad = 0;
 };
-
-template <typename T>
-std::vector<T> rounded_random(int64_t count, std::mt19937& rng, std::vector<float>& as_float) {
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<T> out(count);
-  as_float.resize(count);
-  for (int64_t i = 0; i < count; ++i) {
-    out[i] = from_float<T>(dist(rng));
-    as_float[i] = to_float<T>(out[i]);
-  }
-  return out;
-}
 
 template <typename T>
 T* to_device(const std::vector<T>& host) {
