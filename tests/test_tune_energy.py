@@ -5,6 +5,7 @@ path wherever no saving is resolved."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -113,6 +114,38 @@ def test_time_profiles_count_towards_the_budget_and_are_made_only_within_it() ->
     assert entries[MIDDLE].choice is None and entries[MIDDLE].stock_ms == 1.0
     reasons = {d.configuration: d.reason for d in energy_decisions()}
     assert reasons[str(MIDDLE)].startswith("not measured: the energy budget of 10.5 s was spent")
+
+
+def test_tune_orders_by_the_fastest_tuners_stock_time_and_profiles_in_that_order(monkeypatch) -> None:
+    from torch_cudnn_algo import _tune
+    from torch_cudnn_algo._plan import Plan, PlanEntry
+
+    asked, profiled = [], []
+    recorder = Recorder()
+
+    def fastest(spec, deterministic, allow_tf32, retune):
+        asked.append((spec, retune))
+        return PlanEntry("eng9", 0.1, stock_time_for(spec, deterministic, allow_tf32))
+
+    def profile(spec, **options):
+        profiled.append(spec)
+        return table_for(spec, options["deterministic"], options["allow_tf32"])
+
+    def measure_table_energy(spec, table, values, settings, *, allow_tf32, deterministic):
+        return recorder.energy_for(spec, table, values, settings, allow_tf32, deterministic)
+
+    monkeypatch.setattr(_tune.torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(_tune, "_decide_fastest", fastest)
+    monkeypatch.setattr(_tune, "profile", profile)
+    monkeypatch.setattr(_tune, "measure_table_energy", measure_table_energy)
+    plan = Plan(policy="lowest_energy")
+    _tune._decide_lowest_energy(configurations(), plan, progress=False, execution_plans=False, time_guard=0.02,
+                                energy_budget_s=100.0, settings=TUNE_ENERGY)
+    # Stock's time from the "fastest" tuner (its kept decisions reused, never retuned), then the
+    # profiles in the order of that time, the longest first.
+    assert asked == [(SHORT, False), (LONG, False), (MIDDLE, False)]
+    assert profiled == [LONG, MIDDLE, SHORT]
+    assert plan[LONG].choice == "eng1" and plan[SHORT].choice == "eng5" and plan[MIDDLE].choice is None
 
 
 def test_a_saving_inside_the_aa_spread_keeps_stocks_path() -> None:
