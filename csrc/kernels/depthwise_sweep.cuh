@@ -18,7 +18,7 @@
 #define DW_SWEEP_PART -1
 #endif
 
-#include "kernels/depthwise_kernels.cuh"
+#include "kernels/depthwise_choices.cuh"
 
 #include <utility>
 #include <vector>
@@ -105,8 +105,10 @@ int sweep_filter(const DirectConvShape& s, int sm_count, const void* a, const vo
                                                 static_cast<T*>(out), ws, stream));
 }
 
-// The gather's variants (forward and backward data). Today's configuration
-// first; "stage" reads the taps coalesced, which every later one keeps.
+// The gather's variants (forward and backward data). The configuration in use
+// first (depthwise_choices.cuh: the baseline every variant is timed against);
+// "stage" reads the taps coalesced, which every later one keeps; "txN": N
+// channel vectors across a block.
 template <typename T, bool Backward, int KS, int SW>
 void add_gather_variants(std::vector<DwVariant>& v) {
   const DirectDirection dir = Backward ? DirectDirection::kBackwardData : DirectDirection::kForward;
@@ -115,7 +117,11 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_no_workspace,                \
                sweep_gather<T, Backward, KS, SW, TUNE, MAX_TX, BPS>})
   constexpr int kStage = gather_tune(4, 1, false, true);
-  TCA_DW_G("default (today)", gather_tune(), 32, 8, 1);
+  using InUse = GatherChoice<Backward, KS>;
+  constexpr int kInUse = InUse::kTune, kInUseTx = InUse::kLaunch.max_tx, kInUseBps = InUse::kLaunch.blocks_per_sm;
+  TCA_DW_G("in use", kInUse, kInUseTx, kInUseBps, 1);
+  TCA_DW_G("default", gather_tune(), 32, 8, 1);
+  TCA_DW_G("default tx8", gather_tune(), 8, 8, 0);
   TCA_DW_G("stage", kStage, 32, 8, 1);
   TCA_DW_G("stage S2", gather_tune(2, 1, false, true), 32, 8, 1);
   TCA_DW_G("stage S8", gather_tune(8, 1, false, true), 32, 8, 1);
@@ -131,13 +137,21 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   TCA_DW_G("stage tx8", kStage, 8, 8, 0);
   TCA_DW_G("stage bps16", kStage, 32, 16, 0);
   TCA_DW_G("stage grid=all", kStage, 32, 0, 0);
+  TCA_DW_G("stage tx4", kStage, 4, 8, 0);
+  TCA_DW_G("stage tx16", kStage, 16, 8, 0);
+  TCA_DW_G("stage tx8 bps16", kStage, 8, 16, 0);
+  TCA_DW_G("stage S2 tx8", gather_tune(2, 1, false, true), 8, 8, 0);
+  TCA_DW_G("stage S8 tx8", gather_tune(8, 1, false, true), 8, 8, 0);
+  TCA_DW_G("stage R2 tx8", gather_tune(4, 2, false, true), 8, 8, 0);
+  TCA_DW_G("stage unroll tx8", gather_tune(4, 1, false, true, 256, 0, true), 8, 8, 0);
 #undef TCA_DW_G
 }
 
-// The backward filter's variants. "wide": 16-byte loads for 3x3 in fp16
-// (vec 8), vec 4 with fewer rows for 5x5 and 7x7; "rows1": a row group per
-// filter row (more blocks, fewer registers); "direct": one slice, the kernel
-// writes dweight (one launch, no partials), small channel tiles for blocks.
+// The backward filter's variants, the configuration in use first. "wide":
+// 16-byte loads for 3x3 in fp16 (vec 8), vec 4 with fewer rows for 5x5 and
+// 7x7; "rows1": a row group per filter row (more blocks, fewer registers);
+// "direct": one slice, the kernel writes dweight (one launch, no partials),
+// small channel tiles for blocks; "previous": the choice before the sweep.
 template <typename T, int KS, int SW>
 void add_filter_variants(std::vector<DwVariant>& v) {
   const DirectDirection dir = DirectDirection::kBackwardFilter;
@@ -148,7 +162,13 @@ void add_filter_variants(std::vector<DwVariant>& v) {
   constexpr int kVec = KS == 3 ? 4 : 2, kRows = KS == 3 ? 3 : KS == 5 ? 5 : 4;
   constexpr int kWideVec = KS == 3 ? 8 : 4, kWideRows = KS == 3 ? 3 : KS == 5 ? 3 : 2;
   constexpr int kDefault = filter_tune(kVec, kRows);
-  TCA_DW_F("default (today)", kDefault, 32, 3, 1);
+  using InUse = FilterChoice<KS>;
+  constexpr int kInUse = InUse::kTune, kInUseTx = InUse::kLaunch.max_tx, kInUseSps = InUse::kLaunch.slices_per_sm;
+  TCA_DW_F("in use", kInUse, kInUseTx, kInUseSps, 1);
+  TCA_DW_F("in use tx16", kInUse, 16, kInUseSps, 0);
+  TCA_DW_F("in use slices/SM 2", kInUse, kInUseTx, 2, 0);
+  TCA_DW_F("in use slices/SM 6", kInUse, kInUseTx, 6, 0);
+  TCA_DW_F("previous", kDefault, 32, 3, 1);
   TCA_DW_F("slices/SM 1", kDefault, 32, 1, 0);
   TCA_DW_F("slices/SM 6", kDefault, 32, 6, 0);
   TCA_DW_F("slices/SM 12", kDefault, 32, 12, 0);
@@ -162,6 +182,8 @@ void add_filter_variants(std::vector<DwVariant>& v) {
   TCA_DW_F("direct rows1 tx4", filter_tune(kVec, 1, 4, 256, true), 4, 0, 0);
   TCA_DW_F("direct wide rows1 tx8", filter_tune(kWideVec, 1, 4, 256, true), 8, 0, 1);
   if constexpr (KS == 7) TCA_DW_F("rows7 (x read once)", filter_tune(kVec, 7), 32, 3, 1);
+  TCA_DW_F("wide rows1", filter_tune(kWideVec, 1), 32, 3, 1);
+  TCA_DW_F("wide T128 tx16", filter_tune(kWideVec, kWideRows, 4, 128), 16, 3, 1);
 #undef TCA_DW_F
 }
 

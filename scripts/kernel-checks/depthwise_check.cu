@@ -20,7 +20,7 @@
 // builds and runs it), `sweep` checks every variant of the zoo's
 // layers (fp16, and bf16 for ConvNeXt's 7x7) against the float64 reference,
 // times the correct ones (median of 50) and prints the best per layer and
-// direction against today's configuration and cuDNN's best.
+// direction against the configuration in use and cuDNN's best.
 #include "kernels/depthwise.h"
 #include "kernels/direct_conv.h"
 
@@ -525,10 +525,10 @@ void sweep_layer(const Case& t, const Timing& timing) {
       double ms = -1;
       if (status == "ok") {
         ms = time_fn(launch);
-        if (best.default_ms < 0 && v.instantiation == 1) best.default_ms = ms;  // the first variant is today's
+        if (best.default_ms < 0 && v.instantiation == 1) best.default_ms = ms;  // the first variant is the one in use
         if (best.best_ms < 0 || ms < best.best_ms) { best.best_ms = ms; best.variant = v.name; }
       }
-      std::printf("  %-34s %s %s %-26s %8.4f ms  %5.2fx today  cuDNN/it %5.2f  ws %8zu B  err/tol %.3f  %s\n",
+      std::printf("  %-34s %s %s %-26s %8.4f ms  %5.2fx in use  cuDNN/it %5.2f  ws %8zu B  err/tol %.3f  %s\n",
                   t.name.c_str(), dtype_name<T>(), dname, v.name, ms, ms > 0 && best.default_ms > 0 ? best.default_ms / ms : 0.0,
                   ms > 0 ? best.cudnn / ms : 0.0, ws_bytes, worst, status.c_str());
       CUDA_CHECK(cudaFree(ws));
@@ -564,7 +564,7 @@ int main(int argc, char** argv) {
     for (const auto& L : layers) sweep_layer<__half>(L.c, L.t);
     sweep_layer<__nv_bfloat16>(layers.back().c, layers.back().t);  // ConvNeXt 7x7 (bf16 fwd was 1.4x fp16's)
     std::printf("-- best per layer and direction (ms; cuDNN/best > 1: we win)\n");
-    std::printf("  %-34s %-4s %-7s %8s %8s %6s %8s %7s %6s  %s\n", "layer", "type", "dir", "today", "best", "gain", "cuDNN",
+    std::printf("  %-34s %-4s %-7s %8s %8s %6s %8s %7s %6s  %s\n", "layer", "type", "dir", "in use", "best", "gain", "cuDNN",
                 "cuDNN/b", "wrong", "best variant");
     for (const SweepBest& b : g_sweep_best)
       std::printf("  %-34s %-4s %-7s %8.4f %8.4f %5.2fx %8.3f %7.2f %3d/%-2d  %s\n", b.layer.c_str(), b.dtype.c_str(),
