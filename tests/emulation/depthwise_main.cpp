@@ -1,0 +1,147 @@
+// Runs csrc/kernels/depthwise.cu's own source (host plans and kernel bodies,
+// rewritten by transform_dw.py) on the CPU against the float64 references of
+// scripts/kernel-checks/depthwise_ref.h: every output element, guards around
+// the output, NaN prefill (an element never written fails), misaligned
+// operands (the narrower vector paths). Build and run: tests/emulation/run
+// depthwise [thorough|sweep] [asan]; tests/test_kernel_emulation.py runs it.
+#include DW_EMU_INC
+
+#include "depthwise_ref.h"
+
+#include <cstring>
+#include <random>
+
+using namespace torch_cudnn_algo::kernels;
+using dwref::Case;
+
+template <typename T> float to_f(T v);
+template <> float to_f<__half>(__half v) { return __half2float(v); }
+template <> float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> float to_f<float>(float v) { return v; }
+template <typename T> T of_f(float v) { return T(v); }
+template <typename T> DirectDType dt();
+template <> DirectDType dt<__half>() { return DirectDType::kHalf; }
+template <> DirectDType dt<__nv_bfloat16>() { return DirectDType::kBFloat16; }
+template <> DirectDType dt<float>() { return DirectDType::kFloat; }
+template <typename T> const char* dname() { return sizeof(T) == 4 ? "fp32" : dt<T>() == DirectDType::kHalf ? "fp16" : "bf16"; }
+
+int failures = 0, runs = 0;
+constexpr int64_t kGuard = 64;
+
+// A variant of the sweep (nullptr: the production dispatch, launch_depthwise).
+const DwVariant* g_variant = nullptr;
+
+template <typename T>
+void run(const Case& t, DirectDirection dir, int sm_count, int misalign) {
+  const DirectConvShape s = dwref::shape_of(t);
+  if (!g_variant && !depthwise_applies(s, dt<T>(), dir)) {
+    std::printf("FAIL %s: not applied\n", t.name.c_str());
+    ++failures;
+    return;
+  }
+  std::mt19937 rng(7 + t.c * 3 + t.h * 5 + t.r * 11 + t.sw);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  // Inputs: exact-size heap blocks (ASan sees any read past them), offset by
+  // `misalign` elements from an aligned start.
+  auto make = [&](int64_t count, std::vector<float>& f) {
+    T* buf = static_cast<T*>(std::aligned_alloc(64, ((count + misalign) * sizeof(T) + 63) / 64 * 64));
+    f.resize(count);
+    for (int64_t i = 0; i < count; ++i) { buf[misalign + i] = of_f<T>(dist(rng)); f[i] = to_f(buf[misalign + i]); }
+    return buf;
+  };
+  std::vector<float> xf, dyf, wf;
+  T* x = make(s.n * s.h * s.w * s.c, xf);
+  T* dy = make(s.n * s.p * s.q * s.c, dyf);
+  T* wt = make(s.c * s.r * s.s, wf);
+  std::vector<double> ref, ref_abs;
+  dwref::reference(s, dir, xf, dyf, wf, ref, ref_abs);
+  std::vector<T> out(ref.size() + 2 * kGuard + misalign);
+  std::memset(out.data(), 0xFF, out.size() * sizeof(T));
+  T* o = out.data() + kGuard + misalign;
+  const size_t ws_bytes =
+      g_variant ? g_variant->workspace(s, sm_count) : depthwise_workspace_bytes(s, dt<T>(), dir, sm_count);
+  std::vector<float> ws(ws_bytes / 4 + 1);
+  std::memset(ws.data(), 0xFF, ws.size() * 4);
+  const void* a = dir == DirectDirection::kBackwardData ? static_cast<const void*>(dy + misalign) : x + misalign;
+  const void* b = dir == DirectDirection::kBackwardFilter ? static_cast<const void*>(dy + misalign) : wt + misalign;
+  const int code = g_variant ? g_variant->launch(s, sm_count, a, b, o, ws_bytes ? ws.data() : nullptr, nullptr)
+                             : launch_depthwise(s, dt<T>(), dir, sm_count, a, b, o, ws_bytes ? ws.data() : nullptr, nullptr);
+  ++runs;
+  const double eps = dwref::dtype_eps(dt<T>());
+  int64_t bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double v = to_f(o[i]);
+    const double tol = dwref::element_tolerance(eps, ref[i], ref_abs[i]);
+    const double err = std::fabs(v - ref[i]);
+    if (!(err <= tol)) {
+      if (bad < 3) std::printf("   at %zu got %g want %g\n", i, v, ref[i]);
+      ++bad;
+    } else {
+      worst = std::max(worst, err / tol);
+    }
+  }
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(out.data());
+  for (size_t i = 0; i < (kGuard + misalign) * sizeof(T); ++i)
+    if (bytes[i] != 0xFF) { ++bad; std::printf("   guard before written\n"); break; }
+  const unsigned char* after = reinterpret_cast<const unsigned char*>(o + ref.size());
+  for (size_t i = 0; i < kGuard * sizeof(T); ++i)
+    if (after[i] != 0xFF) { ++bad; std::printf("   guard after written\n"); break; }
+  // The workspace's last float (past workspace_bytes) stays untouched.
+  if (ws_bytes && std::memcmp(&ws[ws_bytes / 4], "\xFF\xFF\xFF\xFF", 4) != 0) { ++bad; std::printf("   past workspace\n"); }
+  const bool ok = code == 0 && bad == 0;
+  std::printf("%s %-48s %s %s sm%-3d mis%d  err/tol %.3f  %s\n", ok ? "ok  " : "FAIL", t.name.c_str(), dname<T>(),
+              dwref::direction_name(dir), sm_count, misalign, worst, g_variant ? g_variant->name : "");
+  if (!ok) ++failures;
+  std::free(x); std::free(dy); std::free(wt);
+}
+
+// Every sweep variant (depthwise_sweep.cuh) on small shapes of its window,
+// several SM counts (grid sizes, slices).
+void run_sweep() {
+  for (const DwVariant& v : dw_sweep_variants()) {
+    g_variant = &v;
+    const int64_t k = v.ks, sw = v.sw, pad = v.ks / 2;
+    const std::vector<Case> cases = {
+        dwref::make("sweep n2 24x11x13 pad k/2", 2, 24, 11, 13, k, k, sw, sw, pad, pad),
+        dwref::make("sweep n1 72x9x10 pad k/2", 1, 72, 9, 10, k, k, sw, sw, pad, pad),
+        dwref::make("sweep n3 16x(k+3)x(k+6) pad 0", 3, 16, k + 3, k + 6, k, k, sw, sw, 0, 0),
+        dwref::make("sweep n1 40x7x(k+9) pad 1", 1, 40, 7, k + 9, k, k, sw, sw, 1, 1),
+    };
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const int sm = i % 2 ? 132 : 3;
+      if (v.dtype == DirectDType::kHalf) run<__half>(cases[i], v.direction, sm, 0);
+      else run<__nv_bfloat16>(cases[i], v.direction, sm, 0);
+    }
+  }
+  g_variant = nullptr;
+  std::printf("sweep: %zu variants\n", dw_sweep_variants().size());
+}
+
+int main(int argc, char** argv) {
+  const bool thorough = argc > 1 && std::string(argv[1]) == "thorough";
+  if (argc > 1 && std::string(argv[1]) == "sweep") {
+    run_sweep();
+    for (const auto& [name, count] : emu_notes) std::printf("launched %4ld x %s\n", count, name.c_str());
+    std::printf(failures ? "%d FAILURES in %d runs\n" : "ALL PASS (%d failures, %d runs)\n", failures, runs);
+    return failures ? 1 : 0;
+  }
+  const auto cases = dwref::correctness_cases();
+  for (const auto& t : cases)
+    for (const DirectDirection dir : {DirectDirection::kForward, DirectDirection::kBackwardData,
+                                      DirectDirection::kBackwardFilter}) {
+      run<__half>(t, dir, 3, 0);
+      run<float>(t, dir, 3, 0);
+      run<__half>(t, dir, 132, 1);
+      if (thorough) {
+        run<__nv_bfloat16>(t, dir, 132, 0);
+        run<__half>(t, dir, 132, 2);
+        run<float>(t, dir, 1, 1);
+        run<float>(t, dir, 132, 2);
+      }
+    }
+  for (const auto& [name, count] : emu_notes) std::printf("launched %4ld x %s\n", count, name.c_str());
+  std::printf("threads run %ld, blocks %u, widest grid.x %u\n", emu_threads_run.load(), emu_blocks, emu_max_grid_x);
+  std::printf(failures ? "%d FAILURES in %d runs\n" : "ALL PASS (%d failures, %d runs)\n", failures, runs);
+  return failures ? 1 : 0;
+}

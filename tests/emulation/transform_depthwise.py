@@ -1,0 +1,29 @@
+# Rewrites csrc/kernels/depthwise.cu (with depthwise_kernels.cuh inlined) for
+# the host emulation (see tests/emulation/run); with a third argument, the sweep table
+# (depthwise_sweep.cuh, every part) is appended, or only its declarations (no variant
+# compiled) when a fourth argument says "declarations". Every rewrite must match as
+# counted, so a kernel change the emulation would silently miss fails here.
+import re, sys
+kernels = open('csrc/kernels/depthwise_kernels.cuh').read().replace('#pragma once', '')
+choices = open('csrc/kernels/depthwise_choices.cuh').read().replace('#pragma once', '')
+choices = choices.replace('#include "kernels/depthwise_kernels.cuh"', kernels)
+src = open(sys.argv[1]).read()
+src = src.replace('#include "kernels/depthwise_choices.cuh"', choices)
+if len(sys.argv) > 3:
+    sweep = open(sys.argv[3]).read().replace('#pragma once', '')
+    sweep = sweep.replace('#include "kernels/depthwise_choices.cuh"', '')
+    declarations = '#define DW_SWEEP_DECLARATIONS_ONLY 1\n' if sys.argv[4:] == ['declarations'] else ''
+    src += '\n#define TORCH_CUDNN_ALGO_DW_SWEEP 1\n#define DW_SWEEP_PART -1\n' + declarations + sweep
+def sub(pattern, repl, count):
+    global src
+    new, n = re.subn(pattern, repl, src)
+    if n != count:
+        sys.exit(f"transform: {pattern!r} matched {n} times, expected {count}")
+    src = new
+sub(r'extern __shared__ __align__\(16\) float (\w+)\[\];', r'float* \1 = reinterpret_cast<float*>(emu_shared());', 2)
+sub(r'kernel<<<grid, block, shared, stream>>>\(args\.\.\.\);', 'emu_launch(kernel, grid, block, shared, stream, args...);', 1)
+# Each kernel notes its instantiation (which paths the cases reached).
+sub(r'(__global__ void __launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*dw_\w+\([^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);', 3)
+if '<<<' in src or 'asm' in src:
+    sys.exit("transform: CUDA-only syntax left")
+open(sys.argv[2], 'w').write(src)

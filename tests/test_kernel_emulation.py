@@ -1,0 +1,52 @@
+"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, depthwise.cu) run on the host
+by an emulation of the CUDA runtime (tests/emulation: the kernel file rewritten where CUDA-only
+syntax stands, blocks run in turn, their threads as real threads so barriers are real, shared
+memory filled with NaN), against float64 references: every output element, guard regions around
+the output, a NaN prefill (an element never written fails), misaligned operands. The GPU runs the
+same kinds of checks (scripts/kernel-checks); this one needs no GPU, so a kernel change that breaks
+the logic fails on every machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "tests" / "emulation" / "run"
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("python3") is None,
+                               reason="the emulation is compiled with g++ and rewritten by python3; this machine "
+                                      "lacks one of them")
+
+
+def run_emulation(kernel: str, build: Path) -> str:
+    done = subprocess.run(["sh", str(RUN), kernel], cwd=ROOT, env={**os.environ, "BUILD": str(build)},
+                          capture_output=True, text=True, timeout=900, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    return output
+
+
+@needs_cxx
+def test_grouped_tensor_core_kernel_matches_float64_on_the_host(tmp_path: Path) -> None:
+    output = run_emulation("grouped", tmp_path)
+    assert "ALL PASS (0 failures" in output, output[-4000:]
+
+
+@needs_cxx
+def test_depthwise_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
+    output = run_emulation("depthwise", tmp_path)
+    assert "ALL PASS (0 failures" in output, output[-4000:]
+    # Every direction's kernels ran: the gather forward and backward, the filter and its finish.
+    for kernel in ("dw_gather", "dw_filter", "dw_finish"):
+        assert f"{kernel}(" in output, output[-4000:]
+
+
+def test_the_runner_names_what_it_runs() -> None:
+    done = subprocess.run(["sh", str(RUN), "conv3d"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "the kernel is grouped or depthwise, got 'conv3d'" in done.stderr
