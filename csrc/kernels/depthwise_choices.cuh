@@ -8,7 +8,7 @@
 #include "kernels/depthwise_kernels.cuh"
 
 namespace torch_cudnn_algo::kernels {
-namespace {  // as the kernels': each translation unit that includes it has its own
+namespace {  // internal linkage, as the kernels': each including translation unit has its own copy
 
 // To adopt a sweep winner, copy its line of depthwise_sweep.cuh
 // (add_gather_variants / add_filter_variants: the tune and the launch options)
