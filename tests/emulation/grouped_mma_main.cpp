@@ -1,7 +1,10 @@
 // Runs csrc/kernels/grouped_mma.cu's own source (host-side logic and the kernel
-// body, rewritten by transform.py) on the CPU against a float64 reference.
+// body, rewritten by transform_grouped_mma.py) on the CPU against the float64
+// references of scripts/kernel-checks/grouped_ref.h.
 // Build and run: tests/emulation/run grouped [thorough] [asan]; tests/test_kernel_emulation.py runs it.
 #include GROUPED_MMA_EMU_INC
+
+#include "grouped_ref.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +14,7 @@
 #include <vector>
 
 using namespace torch_cudnn_algo::kernels;
+using groupedref::shape_of;
 
 struct Case {
   std::string name;
@@ -18,60 +22,6 @@ struct Case {
   bool weight_channels_last = false;
   bool expect = true;
 };
-
-int64_t out_extent(int64_t in, int64_t pad, int64_t dil, int64_t ker, int64_t stride) {
-  return (in + 2 * pad - dil * (ker - 1) - 1) / stride + 1;
-}
-
-DirectConvShape shape_of(const Case& t) {
-  DirectConvShape s;
-  s.n = t.n; s.c = t.c; s.h = t.h; s.w = t.w; s.k = t.k; s.r = t.r; s.s = t.s;
-  s.p = out_extent(t.h, t.ph, t.dh, t.r, t.sh);
-  s.q = out_extent(t.w, t.pw, t.dw, t.s, t.sw);
-  s.stride_h = t.sh; s.stride_w = t.sw; s.pad_h = t.ph; s.pad_w = t.pw;
-  s.dilation_h = t.dh; s.dilation_w = t.dw; s.groups = t.groups; s.channels_last = true;
-  const int64_t cpg = t.c / t.groups;
-  if (t.weight_channels_last) {
-    s.weight_strides[0] = t.r * t.s * cpg; s.weight_strides[1] = 1; s.weight_strides[2] = t.s * cpg; s.weight_strides[3] = cpg;
-  } else {
-    s.weight_strides[0] = cpg * t.r * t.s; s.weight_strides[1] = t.r * t.s; s.weight_strides[2] = t.s; s.weight_strides[3] = 1;
-  }
-  return s;
-}
-
-void reference(const DirectConvShape& s, bool backward, const std::vector<float>& x, const std::vector<float>& dy,
-               const std::vector<float>& wt, std::vector<double>& out, std::vector<double>& out_abs) {
-  const int64_t cpg_in = s.c / s.groups, cpg_out = s.k / s.groups;
-  const int64_t* ws = s.weight_strides;
-  out.assign(backward ? s.n * s.h * s.w * s.c : s.n * s.p * s.q * s.k, 0.0);
-  out_abs.assign(out.size(), 0.0);
-  for (int64_t n = 0; n < s.n; ++n)
-    for (int64_t p = 0; p < s.p; ++p)
-      for (int64_t q = 0; q < s.q; ++q)
-        for (int64_t k = 0; k < s.k; ++k) {
-          const int64_t g = k / cpg_out;
-          const int64_t yat = ((n * s.p + p) * s.q + q) * s.k + k;
-          for (int64_t r = 0; r < s.r; ++r) {
-            const int64_t ih = p * s.stride_h - s.pad_h + r * s.dilation_h;
-            if (ih < 0 || ih >= s.h) continue;
-            for (int64_t ss = 0; ss < s.s; ++ss) {
-              const int64_t iw = q * s.stride_w - s.pad_w + ss * s.dilation_w;
-              if (iw < 0 || iw >= s.w) continue;
-              const int64_t xat = ((n * s.h + ih) * s.w + iw) * s.c + g * cpg_in;
-              for (int64_t ci = 0; ci < cpg_in; ++ci) {
-                const double wv = wt[k * ws[0] + ci * ws[1] + r * ws[2] + ss * ws[3]];
-                if (backward) {
-                  out[xat + ci] += dy[yat] * wv;
-                  out_abs[xat + ci] += std::fabs(dy[yat] * wv);
-                } else {
-                  out[yat] += x[xat + ci] * wv;
-                  out_abs[yat] += std::fabs(x[xat + ci] * wv);
-                }
-              }
-            }
-          }
-        }
-}
 
 template <typename T> float to_f(T v);
 template <> float to_f<__half>(__half v) { return __half2float(v); }
@@ -105,7 +55,10 @@ void run(const Case& t, bool backward, bool wide, int sm_count, bool early) {
   const std::vector<T> dy = make(s.n * s.p * s.q * s.k, dyf);
   const std::vector<T> wt = make(s.k * (s.c / s.groups) * s.r * s.s, wf);
   std::vector<double> ref, ref_abs;
-  reference(s, backward, xf, dyf, wf, ref, ref_abs);
+  if (backward)
+    groupedref::reference_backward_data(s, dyf, wf, ref, ref_abs);
+  else
+    groupedref::reference_forward(s, xf, wf, ref, ref_abs);
   const int64_t guard = 64;
   std::vector<T> out(ref.size() + 2 * guard);
   std::memset(out.data(), 0xFF, out.size() * sizeof(T));
