@@ -196,6 +196,10 @@ def summarize(result: dict) -> dict:
                                                      "time": best[1]["gpu_vs_stock"]["median"]},
             "configurations_measured": sum(1 for d in decisions if d.get("measured")),
             "configurations": len(decisions),
+            "picked_for_energy": sum(1 for d in decisions if d.get("choice") is not None
+                                     and d.get("energy_vs_stock") is not None),
+            "fastest_pick": sum(1 for d in decisions if d.get("choice") is not None
+                                and d.get("energy_vs_stock") is None),
             "per_convolution_best": savings[:3]}
 
 
@@ -265,8 +269,10 @@ def render(report: dict) -> str:
             lines.append("No mode within the time guard has an energy measurement.")
         tuning = record.get("tuning", {}).get("lowest_energy", {})
         lines.append(f"`tune(policy=\"lowest_energy\")`: {num(tuning.get('seconds'), 0)} s, energy measured on "
-                     f"{summary['configurations_measured']} of {summary['configurations']} configurations, "
-                     f"{tuning.get('not_stock', '—')} run a candidate other than stock's.")
+                     f"{summary['configurations_measured']} of {summary['configurations']} configurations; "
+                     f"{summary['picked_for_energy']} run a candidate measured to save energy, "
+                     f"{summary['fastest_pick']} the fastest pick (time as the estimate of energy), the others "
+                     "stock's path.")
         for decision in summary["per_convolution_best"]:
             lines.append(f"- {decision['configuration']}: `{decision['choice'] or 'stock'}` "
                          f"{decision['energy_vs_stock']:.3f}x stock's J/call (A/A ±"

@@ -11,13 +11,14 @@ in the requested directions is then decided by the policy:
   by 1% and match a float64 reference);
 - ``"least_workspace"``: the full profile table; the smallest workspace within
   5% of the fastest eligible candidate;
-- ``"lowest_energy"``: configurations ordered by stock's time (the
-  ``"fastest"`` tuner's), the longest first; for each, until the energy budget
-  is spent, the full profile table for time, then energy per call measured
-  (``_energy``: windows of seconds, alternated with stock's configuration, A/A
-  control) for the few candidates within the time guard of stock's time; the
-  least energy where it saves more than the A/A spread, else stock's path
-  (``_tune_energy``; needs NVML's energy counter).
+- ``"lowest_energy"``: every configuration decided by the ``"fastest"``
+  tuner first, then ordered by stock's time, the longest first; for each, until
+  the energy budget is spent, the full profile table for time, then energy per
+  call measured (``_energy``: windows of seconds, alternated with stock's
+  configuration, A/A control) for the few candidates within the time guard of
+  stock's time; the least energy where it saves more than the A/A spread, else
+  the fastest pick within the guard (time as the estimate of energy), else
+  stock's path (``_tune_energy``; needs NVML's energy counter).
 
 Each engine configuration picked is kept with its execution plan as cuDNN
 built it (serialised), where cuDNN can serialise it, so that loading the plan
@@ -184,8 +185,10 @@ def tune(
     ``energy_budget_s`` seconds of time profiles and energy measuring are
     spent (``energy_settings``:
     default 1 s windows, 3 rounds, one warm-up); a configuration runs the
-    candidate with the least energy only where it saves more than 1% and more
-    than the A/A spread, else stock's path (docs/energy.md). It raises
+    candidate with the least energy where it saves more than 1% and more
+    than the A/A spread, else the ``"fastest"`` pick where it is within the
+    guard and not measured to cost more energy, else stock's path
+    (docs/energy.md). It raises
     :class:`EnergyUnavailable` where NVML has no energy counter. With
     ``execution_plans`` (default) each engine
     configuration picked keeps its execution plan as cuDNN built it, so that a
@@ -239,11 +242,11 @@ def _decide_lowest_energy(configurations: Sequence[Configuration], plan: Plan, p
     limit = _flags.get_flag("conv_workspace_limit")
     devices = {spec: device for spec, _, _, device in configurations}
 
-    def stock_time_for(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> float | None:
+    def fastest_for(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> PlanEntry:
         # The "fastest" tuner times stock's configuration beside its pick in a fraction of a
         # profile table's time (or takes both from the tuning database).
         with torch.cuda.device(devices[spec]):
-            return _decide_fastest(spec, deterministic, allow_tf32, retune=False).stock_ms
+            return _decide_fastest(spec, deterministic, allow_tf32, retune=False)
 
     def table_for(spec: ConvSpec, deterministic: bool, allow_tf32: bool) -> ProfileTable:
         with torch.cuda.device(devices[spec]):
@@ -256,7 +259,7 @@ def _decide_lowest_energy(configurations: Sequence[Configuration], plan: Plan, p
             return measure_table_energy(spec, table, values, energy, allow_tf32=allow_tf32,
                                         deterministic=deterministic)
 
-    entries = decide_lowest_energy(configurations, stock_time_for, table_for, energy_for, time_guard=time_guard,
+    entries = decide_lowest_energy(configurations, fastest_for, table_for, energy_for, time_guard=time_guard,
                                    energy_budget_s=energy_budget_s, settings=settings, workspace_limit=limit,
                                    progress=lambda items: _progress(items, progress))
     for spec, deterministic, allow_tf32, device in configurations:

@@ -1,22 +1,28 @@
 """``tune(policy="lowest_energy")``: decisions from measured energy, with a time guard, at a cost
 that stays tractable on a whole network.
 
-1. The configurations are ordered by the time of stock's own configuration, the longest first
-   (where a saving weighs most in a step), as the ``"fastest"`` tuner measures it (seconds for a
-   whole network, and kept in the tuning database).
-2. In that order, until ``energy_budget_s`` seconds are spent: the configuration is profiled for
-   time (the profile table, as ``"least_workspace"`` uses it: every engine configuration built
-   and timed, about a second or two each), and energy is measured only where there is a choice
-   to make: for the candidates (at most ``MAX_CANDIDATES``, fastest first) whose time is within
-   ``time_guard`` of stock's own configuration, against stock's configuration and its A/A twin
-   (``_energy``). Both count towards the budget, so it bounds the policy's cost on any network.
-3. A configuration's pick is the ``"lowest_energy"`` rule (``choose_lowest_energy``): the least
-   energy within the guard, only where it saves more than the A/A spread and the minimum saving.
-   Elsewhere, and where energy was not measured (no candidate within the guard, budget spent),
-   stock's own path runs: without a measured saving there is no reason to leave it.
+1. Every configuration is first decided by the ``"fastest"`` tuner (seconds for a whole network,
+   and kept in the tuning database): its pick, the pick's time and the time of stock's own
+   configuration.
+2. The configurations are ordered by stock's time, the longest first (where a saving weighs most
+   in a step). In that order, until ``energy_budget_s`` seconds are spent: the configuration is
+   profiled for time (the profile table, as ``"least_workspace"`` uses it: every engine
+   configuration built and timed, about a second or two each), and energy is measured for the
+   candidates (at most ``MAX_CANDIDATES``, fastest first) whose time is within ``time_guard`` of
+   stock's own configuration, against stock's configuration and its A/A twin (``_energy``). Both
+   count towards the budget, so it bounds the policy's cost on any network.
+3. A measured configuration's pick is the ``"lowest_energy"`` rule (``choose_lowest_energy``):
+   the least energy within the guard, where it saves more than the A/A spread and the minimum
+   saving.
+4. Everywhere else (energy not measured, or no saving resolved) the ``"fastest"`` pick runs, if
+   it is within the guard and was not measured to cost more energy than stock's configuration:
+   per call, a GPU draws about the same power whichever of cuDNN's kernels runs, so less time is
+   the best estimate of less energy (measured on whole steps: docs/energy.md), and a
+   configuration's saving too small to resolve alone still counts in a step. Otherwise stock's
+   own path runs.
 
 Every decision is recorded (:func:`energy_decisions`): what was measured, why a configuration
-kept stock's path, and each pick's energy and time against stock's.
+runs what it runs, and each pick's energy and time against stock's.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ def energy_decisions() -> list[EnergyDecision]:
 
 
 Configuration = tuple[ConvSpec, bool, bool, int]
-StockTimeFor = Callable[[ConvSpec, bool, bool], "float | None"]
+FastestFor = Callable[[ConvSpec, bool, bool], PlanEntry]
 TableFor = Callable[[ConvSpec, bool, bool], ProfileTable]
 EnergyFor = Callable[[ConvSpec, ProfileTable, Sequence[int | str], EnergySettings, bool, bool], ProfileTable]
 
@@ -89,9 +95,44 @@ def candidates_within_guard(table: ProfileTable, time_guard: float, deterministi
     return [row.value for row in within[:MAX_CANDIDATES]]
 
 
+def _within_guard(entry: PlanEntry, time_guard: float) -> bool:
+    return (entry.choice is not None and entry.time_ms is not None and entry.stock_ms is not None
+            and entry.time_ms <= entry.stock_ms * (1 + time_guard))
+
+
+def _time_as_proxy(spec: ConvSpec, fastest: PlanEntry, time_guard: float, why: str,
+                   measured: ProfileTable | None = None, resolution: float | None = None,
+                   values: tuple[int | str, ...] = (), seconds: float = 0.0) -> tuple[PlanEntry, EnergyDecision]:
+    """The entry and decision of a configuration without a resolved energy saving: the
+    ``"fastest"`` pick where it is within the guard and not measured to cost more energy than
+    stock's configuration (beyond the A/A spread), else stock's path. ``why``: why energy did
+    not decide."""
+    stock_ms = fastest.stock_ms
+    stock_row = measured.stock if measured is not None else None
+    stock_j = stock_row.energy_j if stock_row is not None else None
+    costs_more = False
+    if measured is not None and fastest.choice is not None:
+        row = next((r for r in measured.rows if r.value == fastest.choice), None)
+        if row is not None and row.energy_vs_stock is not None:
+            costs_more = row.energy_vs_stock > 1 + (resolution or 0.0)
+    if _within_guard(fastest, time_guard) and not costs_more:
+        entry = dataclasses.replace(fastest, energy_j=None)
+        decision = EnergyDecision(str(spec), fastest.choice, f"{why}; the fastest pick (less time as the estimate "
+                                  "of less energy)", stock_ms, fastest.time_ms, stock_j, None, None, resolution,
+                                  values, seconds)
+        return entry, decision
+    if costs_more:
+        why = f"{why}; the fastest pick was measured to cost more energy than stock's configuration"
+    elif fastest.choice is not None:
+        why = f"{why}; the fastest pick is outside the time guard"
+    decision = EnergyDecision(str(spec), None, f"{why}: stock's path", stock_ms, stock_ms, stock_j, stock_j, None,
+                              resolution, values, seconds)
+    return PlanEntry(None, stock_ms, stock_ms, None, stock_j), decision
+
+
 def decide_lowest_energy(
     configurations: Sequence[Configuration],
-    stock_time_for: StockTimeFor,
+    fastest_for: FastestFor,
     table_for: TableFor,
     energy_for: EnergyFor,
     *,
@@ -102,34 +143,31 @@ def decide_lowest_energy(
     clock: Callable[[], float] = time.perf_counter,
     progress: Callable[[Sequence[Configuration]], Sequence[Configuration]] = lambda items: items,
 ) -> dict[ConvSpec, PlanEntry]:
-    """Every configuration's entry (see the module docstring). ``stock_time_for`` gives the
-    time of stock's own configuration (ms, or None where unknown), ``table_for`` profiles a
-    configuration for time, ``energy_for`` measures energy of the named candidates into its
-    table; all run on the configuration's device (the caller's concern)."""
+    """Every configuration's entry (see the module docstring). ``fastest_for`` gives the
+    ``"fastest"`` tuner's decision (its pick, the pick's time and stock's configuration's),
+    ``table_for`` profiles a configuration for time, ``energy_for`` measures energy of the named
+    candidates into its table; all run on the configuration's device (the caller's concern)."""
     _DECISIONS.clear()
-    stock_times = {spec: stock_time_for(spec, deterministic, allow_tf32)
-                   for spec, deterministic, allow_tf32, _ in progress(configurations)}
-    order = sorted(configurations, key=lambda c: -(stock_times[c[0]] or 0.0))
+    fastest = {spec: fastest_for(spec, deterministic, allow_tf32)
+               for spec, deterministic, allow_tf32, _ in progress(configurations)}
+    order = sorted(configurations, key=lambda c: -(fastest[c[0]].stock_ms or 0.0))
     spent, warmed = 0.0, False
     entries: dict[ConvSpec, PlanEntry] = {}
     decisions: dict[ConvSpec, EnergyDecision] = {}
     for spec, deterministic, allow_tf32, _ in order:
         if spent >= energy_budget_s:
-            stock_ms = stock_times[spec]
-            decisions[spec] = EnergyDecision(str(spec), None, f"not measured: the energy budget of "
-                                             f"{energy_budget_s:g} s was spent", stock_ms, stock_ms, None, None,
-                                             None, None)
+            entries[spec], decisions[spec] = _time_as_proxy(
+                spec, fastest[spec], time_guard, f"not measured: the energy budget of {energy_budget_s:g} s was spent")
             continue
         started = clock()
         table = table_for(spec, deterministic, allow_tf32)
         spent += clock() - started
-        stock = table.stock
-        stock_ms = stock.time_ms if stock is not None else None
         values = candidates_within_guard(table, time_guard, deterministic, allow_tf32, workspace_limit)
         if not values:
-            reason = "stock's time unknown" if stock_ms is None else \
-                f"no candidate within the time guard ({time_guard * 100:g}% of stock's time)"
-            decisions[spec] = EnergyDecision(str(spec), None, reason, stock_ms, stock_ms, None, None, None, None)
+            stock = table.stock
+            why = "stock's time unknown" if stock is None or stock.time_ms is None else \
+                f"no candidate within the time guard ({time_guard * 100:g}% of stock's time) in the profile"
+            entries[spec], decisions[spec] = _time_as_proxy(spec, fastest[spec], time_guard, why)
             continue
         started = clock()
         measured = energy_for(spec, table, values, settings if not warmed else
@@ -142,27 +180,25 @@ def decide_lowest_energy(
         resolution = energy.get("resolution") if isinstance(energy, dict) else None
         pick = measured.pick("lowest_energy", deterministic=deterministic, allow_tf32=allow_tf32,
                              workspace_limit=workspace_limit, time_guard=time_guard)
-        stock_j = stock.energy_j if stock is not None else None
         if pick is None:
-            reason = (f"no candidate within the time guard saves more than "
-                      f"{max(LOWEST_ENERGY_MIN_SAVING, resolution or 0.0) * 100:.1f}% (the minimum saving, or the "
-                      "A/A spread)")
-            decisions[spec] = EnergyDecision(str(spec), None, reason, stock_ms, stock_ms, stock_j, stock_j, None,
-                                             resolution, tuple(values), seconds)
-            entries[spec] = PlanEntry(None, stock_ms, stock_ms, None, stock_j)
+            why = (f"no candidate within the time guard saves more than "
+                   f"{max(LOWEST_ENERGY_MIN_SAVING, resolution or 0.0) * 100:.1f}% (the minimum saving, or the "
+                   "A/A spread)")
+            entries[spec], decisions[spec] = _time_as_proxy(spec, fastest[spec], time_guard, why, measured,
+                                                            resolution, tuple(values), seconds)
         else:
+            stock_ms = stock.time_ms if stock is not None else None
+            stock_j = stock.energy_j if stock is not None else None
             decisions[spec] = EnergyDecision(str(spec), pick.value, "the least energy within the time guard",
                                              stock_ms, pick.time_ms, stock_j, pick.energy_j, pick.energy_vs_stock,
                                              resolution, tuple(values), seconds)
             entries[spec] = PlanEntry(pick.value, pick.time_ms, stock_ms, pick.workspace, pick.energy_j)
-    for spec, *_ in configurations:
-        if spec not in entries:
-            stock_ms = decisions[spec].stock_ms
-            entries[spec] = PlanEntry(None, stock_ms, stock_ms, None, None)
     _DECISIONS.extend(decisions[spec] for spec, *_ in configurations)
-    picked = sum(1 for d in _DECISIONS if d.choice is not None)
+    by_energy = sum(1 for d in _DECISIONS if d.energy_vs_stock is not None)
+    by_time = sum(1 for d in _DECISIONS if d.choice is not None and d.energy_vs_stock is None)
     measured_count = sum(1 for d in _DECISIONS if d.measured)
     logger.info("lowest_energy: energy measured on %d of %d configurations, %.0f s of time profiles and energy "
-                "(budget %g s, time guard %g%%); %d run a candidate that saves energy, the others stock's path",
-                measured_count, len(configurations), spent, energy_budget_s, time_guard * 100, picked)
+                "(budget %g s, time guard %g%%); %d run a candidate measured to save energy, %d the fastest pick, "
+                "the others stock's path", measured_count, len(configurations), spent, energy_budget_s,
+                time_guard * 100, by_energy, by_time)
     return {spec: entries[spec] for spec, *_ in configurations}
