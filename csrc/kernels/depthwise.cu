@@ -44,13 +44,22 @@ std::atomic<bool> g_enabled{true};
 
 // Backward-filter slices: from the chosen configuration (alignment aside, so
 // the workspace is known before the pointers).
+template <int Bytes>
 int64_t filter_slices(const DirectConvShape& s, int sm_count) {
+#define TCA_DW_SLICES(KS, SW) \
+  return filter_slices_of(s, sm_count, KS, FilterChoice<KS, SW, Bytes>::kTune, FilterChoice<KS, SW, Bytes>::kLaunch)
+  const bool sw1 = s.stride_w == 1;
   switch (window_width(s)) {
-    case 3: return filter_slices_of(s, sm_count, 3, FilterChoice<3>::kTune, FilterChoice<3>::kLaunch);
-    case 5: return filter_slices_of(s, sm_count, 5, FilterChoice<5>::kTune, FilterChoice<5>::kLaunch);
-    case 7: return filter_slices_of(s, sm_count, 7, FilterChoice<7>::kTune, FilterChoice<7>::kLaunch);
+    case 3: if (sw1) TCA_DW_SLICES(3, 1); else TCA_DW_SLICES(3, 2);
+    case 5: if (sw1) TCA_DW_SLICES(5, 1); else TCA_DW_SLICES(5, 2);
+    case 7: if (sw1) TCA_DW_SLICES(7, 1); else TCA_DW_SLICES(7, 2);
   }
-  return filter_slices_of(s, sm_count, 0, FilterChoice<0>::kTune, FilterChoice<0>::kLaunch);
+  TCA_DW_SLICES(0, 0);
+#undef TCA_DW_SLICES
+}
+
+int64_t filter_slices(const DirectConvShape& s, DirectDType dtype, int sm_count) {
+  return dtype == DirectDType::kFloat ? filter_slices<4>(s, sm_count) : filter_slices<2>(s, sm_count);
 }
 
 // The gather kernel of the chosen configuration for the shape and its pointers.
@@ -61,7 +70,7 @@ GatherPick<T> gather_choice(const DirectConvShape& s, bool backward, const T* sr
   const int ks = vec == kFull ? window_width(s) : 0;
   const int sw = static_cast<int>(s.stride_w);
 #define TCA_DW_GATHER(VEC, BACKWARD, KS, SW) \
-  return gather_pick<T, VEC, BACKWARD, KS, SW, GatherChoice<BACKWARD, KS>::kTune>(GatherChoice<BACKWARD, KS>::kLaunch)
+  return gather_pick<T, VEC, BACKWARD, KS, SW, GatherChoice<BACKWARD, KS, SW>::kTune>(GatherChoice<BACKWARD, KS, SW>::kLaunch)
 #define TCA_DW_GATHER_WIDTHS(BACKWARD, SW)              \
   switch (ks) {                                         \
     case 3: TCA_DW_GATHER(kFull, BACKWARD, 3, SW);      \
@@ -90,25 +99,29 @@ GatherPick<T> gather_choice(const DirectConvShape& s, bool backward, const T* sr
 // The filter kernel of the chosen configuration for the shape and its pointers.
 template <typename T>
 FilterPick<T> filter_choice(const DirectConvShape& s, const T* x, const T* dy) {
+  constexpr int kBytes = sizeof(T);
   const int width = window_width(s);
-  const int preferred = width ? filter_vec_of(width == 3 ? FilterChoice<3>::kTune
-                                              : width == 5 ? FilterChoice<5>::kTune
-                                                           : FilterChoice<7>::kTune)
-                              : kGenericFilterVec;
+  const bool sw1 = s.stride_w == 1;
+#define TCA_DW_VEC(KS) (sw1 ? filter_vec_of(FilterChoice<KS, 1, kBytes>::kTune) \
+                            : filter_vec_of(FilterChoice<KS, 2, kBytes>::kTune))
+  const int preferred = width == 3 ? TCA_DW_VEC(3) : width == 5 ? TCA_DW_VEC(5) : width == 7 ? TCA_DW_VEC(7)
+                                                                                   : kGenericFilterVec;
+#undef TCA_DW_VEC
   const int vec = vector_for(s.c, preferred, sizeof(T), {x, dy});
   const int ks = vec == preferred ? width : 0;
-  const int sw = static_cast<int>(s.stride_w);
-#define TCA_DW_FILTER(KS, SW, TUNE) return filter_pick<T, KS, SW, TUNE>(FilterChoice<KS>::kLaunch)
+#define TCA_DW_FILTER(KS, SW, TUNE) return filter_pick<T, KS, SW, TUNE>(FilterChoice<KS, SW, kBytes>::kLaunch)
+#define TCA_DW_FILTER_CHOSEN(KS, SW) TCA_DW_FILTER(KS, SW, (FilterChoice<KS, SW, kBytes>::kTune))
   if (ks == 3) {
-    if (sw == 1) TCA_DW_FILTER(3, 1, FilterChoice<3>::kTune); else TCA_DW_FILTER(3, 2, FilterChoice<3>::kTune);
+    if (sw1) TCA_DW_FILTER_CHOSEN(3, 1); else TCA_DW_FILTER_CHOSEN(3, 2);
   } else if (ks == 5) {
-    if (sw == 1) TCA_DW_FILTER(5, 1, FilterChoice<5>::kTune); else TCA_DW_FILTER(5, 2, FilterChoice<5>::kTune);
+    if (sw1) TCA_DW_FILTER_CHOSEN(5, 1); else TCA_DW_FILTER_CHOSEN(5, 2);
   } else if (ks == 7) {
-    if (sw == 1) TCA_DW_FILTER(7, 1, FilterChoice<7>::kTune); else TCA_DW_FILTER(7, 2, FilterChoice<7>::kTune);
+    if (sw1) TCA_DW_FILTER_CHOSEN(7, 1); else TCA_DW_FILTER_CHOSEN(7, 2);
   } else if (std::min(vec, kGenericFilterVec) == 2) {
-    TCA_DW_FILTER(0, 0, FilterChoice<0>::kTune);
+    TCA_DW_FILTER_CHOSEN(0, 0);
   }
   TCA_DW_FILTER(0, 0, filter_tune(1, 0));
+#undef TCA_DW_FILTER_CHOSEN
 #undef TCA_DW_FILTER
 }
 
@@ -119,7 +132,7 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, in
   const T* tb = static_cast<const T*>(b);
   T* to = static_cast<T*>(out);
   if (direction == DirectDirection::kBackwardFilter)
-    return launch_filter_pick<T>(s, filter_slices(s, sm_count), filter_choice<T>(s, ta, tb), ta, tb, to, workspace,
+    return launch_filter_pick<T>(s, filter_slices<sizeof(T)>(s, sm_count), filter_choice<T>(s, ta, tb), ta, tb, to, workspace,
                                  stream);
   const bool backward = direction == DirectDirection::kBackwardData;
   return launch_gather_pick<T>(s, backward, sm_count, gather_choice<T>(s, backward, ta, to), ta, tb, to, stream);
@@ -149,9 +162,8 @@ bool depthwise_applies(const DirectConvShape& s, DirectDType dtype, DirectDirect
 
 size_t depthwise_workspace_bytes(const DirectConvShape& s, DirectDType dtype, DirectDirection direction,
                                  int sm_count) {
-  (void)dtype;
   if (direction != DirectDirection::kBackwardFilter) return 0;
-  return static_cast<size_t>(filter_slices(s, sm_count) * s.r * s.s * s.c) * sizeof(float);
+  return static_cast<size_t>(filter_slices(s, dtype, sm_count) * s.r * s.s * s.c) * sizeof(float);
 }
 
 int launch_depthwise(const DirectConvShape& s, DirectDType dtype, DirectDirection direction, int sm_count,

@@ -117,7 +117,7 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_no_workspace,                \
                sweep_gather<T, Backward, KS, SW, TUNE, MAX_TX, BPS>})
   constexpr int kStage = gather_tune(4, 1, false, true);
-  using InUse = GatherChoice<Backward, KS>;
+  using InUse = GatherChoice<Backward, KS, SW>;
   constexpr int kInUse = InUse::kTune, kInUseTx = InUse::kLaunch.max_tx, kInUseBps = InUse::kLaunch.blocks_per_sm;
   TCA_DW_G("in use", kInUse, kInUseTx, kInUseBps, 1);
   TCA_DW_G("default", gather_tune(), 32, 8, 1);
@@ -162,7 +162,7 @@ void add_filter_variants(std::vector<DwVariant>& v) {
   constexpr int kVec = KS == 3 ? 4 : 2, kRows = KS == 3 ? 3 : KS == 5 ? 5 : 4;
   constexpr int kWideVec = KS == 3 ? 8 : 4, kWideRows = KS == 3 ? 3 : KS == 5 ? 3 : 2;
   constexpr int kDefault = filter_tune(kVec, kRows);
-  using InUse = FilterChoice<KS>;
+  using InUse = FilterChoice<KS, SW, sizeof(T)>;
   constexpr int kInUse = InUse::kTune, kInUseTx = InUse::kLaunch.max_tx, kInUseSps = InUse::kLaunch.slices_per_sm;
   TCA_DW_F("in use", kInUse, kInUseTx, kInUseSps, 1);
   TCA_DW_F("in use tx16", kInUse, 16, kInUseSps, 0);
