@@ -22,7 +22,8 @@ no allowance beyond 10% + 2 µs; it prints the picks' GPU ms and host µs summed
 configurations against stock's configuration's. ``--ceiling`` sets, per network and per
 configuration, stock's configuration and the best timed candidate against the
 hardware limit (``roofline.py``: the multiply-adds at the tensor cores' peak or the three
-tensors' traffic at HBM3's, whichever is slower), with the TFLOP/s and TB/s reached. The tuner's
+tensors' traffic at HBM3's, whichever is slower), with the TFLOP/s and TB/s reached;
+``--step-ceiling`` does so per training step against a speed-up target (``step_ceiling.py``). The tuner's
 own settings come from the environment
 (``TORCH_CUDNN_ALGO_TUNE_CANDIDATES``, ``TORCH_CUDNN_ALGO_TUNE_RTC_CANDIDATES``,
 ``TORCH_CUDNN_ALGO_TUNE_THREADS``, ``TORCH_CUDNN_ALGO_TUNE_WIDE``); ``--no-prepare-ahead`` makes ``tune()`` build each
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .roofline import PEAK_TB_PER_S, ConvBound, conv_bound
+from .step_ceiling import step_ceiling_table
 
 PHASES = ("heuristics", "build", "build_sum", "wait", "operands", "warmup", "timing", "accuracy", "knob_search")
 COUNTS = ("built", "built_rtc", "listed_rtc", "deferred_rtc")
@@ -267,6 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceiling", nargs="+", metavar="JSONL",
                         help="compare JSONL files' stock configurations and best timed candidates "
                              "with the H100's roofline bound (see above); prints markdown tables")
+    parser.add_argument("--step-ceiling", nargs="+", metavar="JSONL",
+                        help="per network of JSONL files, the convolutions per training step at their best timed "
+                             "candidates and at the bound, against what --target over stock benchmark=True needs "
+                             "(step_ceiling.py; needs --zoo); prints a markdown table")
+    parser.add_argument("--zoo", metavar="JSON", help="--step-ceiling: a zoo result (benchmarks/zoo.py) with the "
+                                                      "plan's and benchmark=True's GPU ms per step")
+    parser.add_argument("--target", type=float, default=1.15,
+                        help="--step-ceiling: the speed-up over stock benchmark=True to test (default 1.15)")
     args = parser.parse_args(argv)
     if args.summarize:
         print(table(args.summarize))
@@ -276,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.ceiling:
         print(ceiling_table(args.ceiling))
+        return 0
+    if args.step_ceiling:
+        if not args.zoo:
+            parser.error("--step-ceiling needs --zoo, a zoo result with the plan's and benchmark=True's step times")
+        records = [record for path in args.step_ceiling for record in read_records(path)]
+        print(step_ceiling_table(records, args.zoo, args.target))
         return 0
     if not args.networks:
         parser.error("name at least one network")
