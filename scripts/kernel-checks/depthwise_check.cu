@@ -566,10 +566,12 @@ int main(int argc, char** argv) {
     std::printf("-- best per layer and direction (ms; cuDNN/best > 1: we win)\n");
     std::printf("  %-34s %-4s %-7s %8s %8s %6s %8s %7s %6s  %s\n", "layer", "type", "dir", "in use", "best", "gain", "cuDNN",
                 "cuDNN/b", "wrong", "best variant");
-    for (const SweepBest& b : g_sweep_best)
+    for (const SweepBest& b : g_sweep_best) {
+      if (b.tried == 0) continue;  // a direction whose part was not built (PARTS) has no variant
       std::printf("  %-34s %-4s %-7s %8.4f %8.4f %5.2fx %8.3f %7.2f %3d/%-2d  %s\n", b.layer.c_str(), b.dtype.c_str(),
                   b.dir.c_str(), b.default_ms, b.best_ms, b.best_ms > 0 ? b.default_ms / b.best_ms : 0.0, b.cudnn,
                   b.best_ms > 0 ? b.cudnn / b.best_ms : 0.0, b.wrong, b.tried, b.variant.c_str());
+    }
     std::printf("sweep took %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     std::printf(g_failures == 0 ? "ALL VARIANTS CORRECT\n" : "%d WRONG VARIANTS (never picked)\n", g_failures);
     return g_failures == 0 ? 0 : 1;
