@@ -41,20 +41,13 @@ constexpr int64_t kMaxCount = int64_t{1} << 30;
 //   UNROLL_ROWS: (ROWS 1) the filter rows unrolled at compile time (needs r == KS,
 //                which the launch checks), so the loads of every row can issue
 //                together instead of one row's latency after another's
-//   TILE_ROWS, TILE_STRIPS: (forward, KS > 0, r == KS, stride_h == SW, dilation 1)
-//                the tiled forward kernel instead (dw_fwd_tile): a block loads
-//                its input tile of TILE_ROWS output rows x TILE_STRIPS strips,
-//                halo included, once into shared memory in coalesced 16-byte
-//                vectors, and each thread computes its strip from there
 // ROWS, TAPS_SHARED, UNROLL_ROWS apply to the compile-time windows only (KS > 0).
 // A gather configuration is one int (short kernel names): gather_tune()
 // packs it, GatherTune<code> reads it; 0 is every default.
 constexpr int gather_tune(int strip = 4, int rows = 1, bool taps_shared = false, bool stage = false,
-                          int threads = 256, int min_blocks = 0, bool unroll_rows = false, int tile_rows = 0,
-                          int tile_strips = 0) {
+                          int threads = 256, int min_blocks = 0, bool unroll_rows = false) {
   return (strip == 4 ? 0 : strip) | (rows - 1) << 4 | taps_shared << 7 | stage << 8 |
-         (threads == 256 ? 0 : threads / 32) << 9 | min_blocks << 14 | unroll_rows << 17 | tile_rows << 18 |
-         tile_strips << 23;
+         (threads == 256 ? 0 : threads / 32) << 9 | min_blocks << 14 | unroll_rows << 17;
 }
 constexpr int gather_strip(int code) { return code & 15 ? code & 15 : 4; }
 constexpr int gather_rows(int code) { return (code >> 4 & 7) + 1; }
@@ -63,18 +56,14 @@ constexpr bool gather_stage(int code) { return code >> 8 & 1; }
 constexpr int gather_threads(int code) { return code >> 9 & 31 ? (code >> 9 & 31) * 32 : 256; }
 constexpr int gather_min_blocks(int code) { return code >> 14 & 7; }
 constexpr bool gather_unroll_rows(int code) { return code >> 17 & 1; }
-constexpr int gather_tile_rows(int code) { return code >> 18 & 31; }
-constexpr int gather_tile_strips(int code) { return code >> 23 & 31; }
 template <int CODE>
 struct GatherTune {
   static constexpr int kStrip = gather_strip(CODE), kRows = gather_rows(CODE);
   static constexpr bool kTapsShared = gather_taps_shared(CODE), kStage = gather_stage(CODE);
   static constexpr int kThreads = gather_threads(CODE), kMinBlocks = gather_min_blocks(CODE);
   static constexpr bool kUnrollRows = gather_unroll_rows(CODE);
-  static constexpr int kTileRows = gather_tile_rows(CODE), kTileStrips = gather_tile_strips(CODE);
-  static_assert(kStrip % 2 == 0 && (!kUnrollRows || kRows == 1) && (kTileRows > 0) == (kTileStrips > 0) &&
-                    CODE == gather_tune(kStrip, kRows, kTapsShared, kStage, kThreads, kMinBlocks, kUnrollRows,
-                                        kTileRows, kTileStrips),
+  static_assert(kStrip % 2 == 0 && (!kUnrollRows || kRows == 1) &&
+                    CODE == gather_tune(kStrip, kRows, kTapsShared, kStage, kThreads, kMinBlocks, kUnrollRows),
                 "gather tune");
 };
 // Launch-time choices of the gather: channel vectors across a block at most,
@@ -439,100 +428,6 @@ __global__ void __launch_bounds__(GatherTune<TUNE>::kThreads, GatherTune<TUNE>::
   }
 }
 
-// The tiled forward (KS > 0, g.r == KS, g.sh == SW, g.dh == g.dw == 1; the
-// launch checks): block (blockDim.x channel vectors of the tile of blockIdx.y)
-// x (TILE_ROWS * TILE_STRIPS threads, one strip of STRIP output columns each);
-// the grid strides over (n, row tile, column tile). Per output tile, the block
-// copies the input it reads, [row][column][tile channel] with the halo and
-// zeros outside the image, into shared memory after the staged taps, then
-// each thread sums its strip from there: every input element is read from
-// memory once per tile instead of once per tap.
-template <typename T, int VEC, int KS, int SW, int TUNE>
-__global__ void __launch_bounds__(GatherTune<TUNE>::kThreads, GatherTune<TUNE>::kMinBlocks)
-    dw_fwd_tile(DwGeom g, int tiles_w, int tiles, const T* __restrict__ src, const T* __restrict__ weight,
-                T* __restrict__ dst) {
-  using Tune = GatherTune<TUNE>;
-  constexpr int kStrip = Tune::kStrip, kTileRows = Tune::kTileRows, kTileStrips = Tune::kTileStrips;
-  constexpr int kTileCols = kTileStrips * kStrip;
-  constexpr int kInRows = (kTileRows - 1) * SW + KS, kInCols = (kTileCols - 1) * SW + KS;
-  using W = Window<false, KS, SW, kStrip>;
-  extern __shared__ __align__(16) float staged[];  // [r][s][tile channel], then the input tile
-  const int C = g.c;
-  const int tx = blockDim.x, tile = tx * VEC;
-  const int tile0 = blockIdx.y * tile;
-  stage_taps<T, Tune::kStage>(g, weight, staged, tile, tile0);
-  const int taps = KS * KS;
-  const size_t taps_floats = static_cast<size_t>(taps) * tile + (Tune::kStage ? (static_cast<size_t>(taps) * tile *
-                                                                                  sizeof(T) + 3) / 4 : 0);
-  Vec<T, VEC>* input = reinterpret_cast<Vec<T, VEC>*>(staged + (taps_floats + 3) / 4 * 4);  // [row][col][tx]
-  const int c0 = tile0 + threadIdx.x * VEC;
-  const bool live_channel = c0 < C;
-  const float* mine = staged + threadIdx.x * VEC;
-  const int tid = threadIdx.y * tx + threadIdx.x, threads = tx * blockDim.y;
-  const int row_in_tile = threadIdx.y / kTileStrips, strip_in_tile = threadIdx.y % kTileStrips;
-  const int tiles_h = (g.p + kTileRows - 1) / kTileRows;
-  const long long src_row = static_cast<long long>(g.w) * C, dst_row = static_cast<long long>(g.q) * C;
-  Vec<T, VEC> zero;
-#pragma unroll
-  for (int v = 0; v < VEC; ++v) zero.v[v] = from_acc<T>(0.f);
-
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int tile_x = t % tiles_w, rest = t / tiles_w;
-    const int tile_y = rest % tiles_h, n = rest / tiles_h;
-    const int y_first = tile_y * kTileRows, x_first = tile_x * kTileCols;
-    const int in_y0 = y_first * SW - g.ph, in_x0 = x_first * SW - g.pw;
-    const T* image = src + static_cast<long long>(n) * g.h * src_row;
-    __syncthreads();  // the previous tile's sums have read the input tile
-    for (int i = tid; i < kInRows * kInCols * tx; i += threads) {
-      const int cv = i % tx, pixel = i / tx;
-      const int iy = pixel / kInCols, ix = pixel % kInCols;
-      const int y = in_y0 + iy, x = in_x0 + ix, c = tile0 + cv * VEC;
-      input[i] = y >= 0 && y < g.h && x >= 0 && x < g.w && c < C
-                     ? load_vec<T, VEC>(image + y * src_row + static_cast<long long>(x) * C + c)
-                     : zero;
-    }
-    __syncthreads();
-    const int y = y_first + row_in_tile, x0 = x_first + strip_in_tile * kStrip;
-    if (!live_channel || y >= g.p || x0 >= g.q) continue;
-    float acc[kStrip][VEC];
-#pragma unroll
-    for (int j = 0; j < kStrip; ++j)
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) acc[j][v] = 0.f;
-#pragma unroll
-    for (int r = 0; r < KS; ++r) {
-      float wr[KS][VEC];
-#pragma unroll
-      for (int s = 0; s < KS; ++s) load_shared<VEC>(mine + (r * KS + s) * tile, wr[s]);
-      const Vec<T, VEC>* row = input + ((row_in_tile * SW + r) * kInCols + strip_in_tile * kStrip * SW) * tx +
-                               threadIdx.x;
-#pragma unroll
-      for (int o = W::lo(); o <= W::hi(); ++o) {
-        const Vec<T, VEC> in = row[o * tx];
-        float f[VEC];
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) f[v] = to_acc(in.v[v]);
-#pragma unroll
-        for (int j = 0; j < kStrip; ++j)
-#pragma unroll
-          for (int s = 0; s < KS; ++s)
-            if (W::valid(j, s) && W::offset(j, s) == o)
-#pragma unroll
-              for (int v = 0; v < VEC; ++v) acc[j][v] += f[v] * wr[s][v];
-      }
-    }
-    T* out = dst + (static_cast<long long>(n) * g.p + y) * dst_row + c0;
-#pragma unroll
-    for (int j = 0; j < kStrip; ++j) {
-      if (x0 + j >= g.q) break;
-      Vec<T, VEC> o;
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) o.v[v] = from_acc<T>(acc[j][v]);
-      *reinterpret_cast<Vec<T, VEC>*>(out + static_cast<long long>(x0 + j) * C) = o;
-    }
-  }
-}
-
 // ---------------------------------------------------------------- filter
 // Taps of the filter reduction a round of the block reduction stages: the
 // round's scratch is blockDim.y * kRound * tile floats, at most kSharedBudget.
@@ -740,57 +635,13 @@ struct GatherPick {
 };
 template <typename T, int VEC, bool Backward, int KS, int SW, int TUNE>
 GatherPick<T> gather_pick(GatherLaunch launch) {
-  if constexpr (gather_tile_rows(TUNE) > 0) {
-    static_assert(!Backward && KS > 0, "the tiled gather is the forward of a compile-time window");
-    return {dw_fwd_tile<T, VEC, KS, SW, TUNE>, VEC, KS, SW, TUNE, launch};
-  } else {
-    return {dw_gather<T, VEC, Backward, KS, SW, TUNE>, VEC, KS, SW, TUNE, launch};
-  }
-}
-
-// Launches the tiled forward (gather_pick chose dw_fwd_tile); cudaErrorInvalidValue
-// where the shape is not its (rows of KS taps at stride SW, no dilation) or its
-// tile of one channel vector does not fit the shared memory.
-template <typename T>
-cudaError_t launch_tiled_forward(const DirectConvShape& s, int sm_count, const GatherPick<T>& k, const T* src,
-                                 const T* weight, T* dst, cudaStream_t stream) {
-  if (s.r != k.ks || s.stride_h != k.sw || s.dilation_h != 1 || s.dilation_w != 1) return cudaErrorInvalidValue;
-  const int tile_rows = gather_tile_rows(k.tune), tile_strips = gather_tile_strips(k.tune);
-  const int tile_cols = tile_strips * gather_strip(k.tune);
-  const int64_t in_rows = (tile_rows - 1) * k.sw + k.ks, in_cols = (tile_cols - 1) * k.sw + k.ks;
-  const int64_t taps = s.r * s.s;
-  // Shared bytes per channel vector: its staged taps (and their raw copy), its input tile.
-  const size_t taps_bytes = static_cast<size_t>(taps) * (sizeof(float) + (gather_stage(k.tune) ? sizeof(T) : 0));
-  const size_t per_vector = taps_bytes * k.vec + static_cast<size_t>(in_rows * in_cols) * k.vec * sizeof(T);
-  const int64_t fit = static_cast<int64_t>((kSharedBudget - 32) / per_vector);
-  // The block's threads: tile_rows * tile_strips per channel vector, at most the kernel's bound.
-  const int ty = tile_rows * tile_strips, threads = gather_threads(k.tune);
-  if (fit < 1 || ty > threads) return cudaErrorInvalidValue;
-  const ChannelBlock b = channel_block(s.c, k.vec, std::min<int64_t>({k.launch.max_tx, fit, threads / ty}), threads);
-  const int64_t tiles_w = ceil_div(s.q, tile_cols);
-  const int64_t tiles = s.n * ceil_div(s.p, tile_rows) * tiles_w;
-  const int64_t wanted = k.launch.blocks_per_sm > 0
-                             ? std::max<int64_t>(1, ceil_div(int64_t{k.launch.blocks_per_sm} * std::max(1, sm_count), b.tiles))
-                             : tiles;
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>({tiles, wanted, int64_t{1} << 30})),
-                  static_cast<unsigned>(b.tiles));
-  const dim3 block(static_cast<unsigned>(b.tx), static_cast<unsigned>(ty));
-  const size_t tile = static_cast<size_t>(b.tx) * k.vec;
-  const size_t taps_floats = taps * tile + (gather_stage(k.tune) ? (taps * tile * sizeof(T) + 3) / 4 : 0);
-  const size_t shared = (taps_floats + 3) / 4 * 4 * sizeof(float) + static_cast<size_t>(in_rows * in_cols) * tile * sizeof(T);
-  if (tiles_w >= kMaxCount || tiles >= kMaxCount) return cudaErrorInvalidValue;
-  return launch_kernel(k.kernel, grid, block, shared, stream, geom_of(s), static_cast<int>(tiles_w),
-                       static_cast<int>(tiles), src, weight, dst);
+  return {dw_gather<T, VEC, Backward, KS, SW, TUNE>, VEC, KS, SW, TUNE, launch};
 }
 
 // Launches a gather kernel over the shape (the caller picked it for the shape and its pointers).
 template <typename T>
 cudaError_t launch_gather_pick(const DirectConvShape& s, bool backward, int sm_count, const GatherPick<T>& k,
                                const T* src, const T* weight, T* dst, cudaStream_t stream) {
-  if (gather_tile_rows(k.tune) > 0) {
-    if (backward) return cudaErrorInvalidValue;
-    return launch_tiled_forward(s, sm_count, k, src, weight, dst, stream);
-  }
   const int rows = k.ks ? gather_rows(k.tune) : 1, strip = gather_strip(k.tune);
   if (k.ks && gather_unroll_rows(k.tune) && s.r != k.ks) return cudaErrorInvalidValue;
   const DwGeom g = geom_of(s);

@@ -81,7 +81,6 @@ int sweep_gather(const DirectConvShape& s, int sm_count, const void* a, const vo
   T* dst = static_cast<T*>(out);
   if (window_width(s) != KS || s.stride_w != SW || vector_for(s.c, kFull, sizeof(T), {src, dst}) != kFull) return -1;
   if (gather_unroll_rows(TUNE) && s.r != KS) return -1;
-  if (gather_tile_rows(TUNE) && (s.r != KS || s.stride_h != SW || s.dilation_h != 1)) return -1;
   const GatherPick<T> pick = gather_pick<T, kFull, Backward, KS, SW, TUNE>(GatherLaunch{MAX_TX, BLOCKS_PER_SM});
   return static_cast<int>(launch_gather_pick<T>(s, Backward, sm_count, pick, src, static_cast<const T*>(b), dst, stream));
 }
@@ -104,11 +103,6 @@ int sweep_filter(const DirectConvShape& s, int sm_count, const void* a, const vo
   const int64_t slices = filter_slices_of(s, sm_count, KS, TUNE, opt);
   return static_cast<int>(launch_filter_pick<T>(s, slices, filter_pick<T, KS, SW, TUNE>(opt), x, dy,
                                                 static_cast<T*>(out), ws, stream));
-}
-
-// A tiled forward configuration: output rows, strips and strip width per block tile.
-constexpr int tiled(int rows, int strips, int strip = 4, int threads = 256, int min_blocks = 0) {
-  return gather_tune(strip, 1, false, true, threads, min_blocks, false, rows, strips);
 }
 
 // The gather's variants (forward and backward data). The configuration in use
@@ -150,21 +144,6 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   TCA_DW_G("stage S8 tx8", gather_tune(8, 1, false, true), 8, 8, 0);
   TCA_DW_G("stage R2 tx8", gather_tune(4, 2, false, true), 8, 8, 0);
   TCA_DW_G("stage unroll tx8", gather_tune(4, 1, false, true, 256, 0, true), 8, 8, 0);
-  if constexpr (!Backward) {
-    // The tiled forward (dw_fwd_tile): "tile RxC" output rows x columns per block
-    // (strips of 4 columns, or "S8" of 8), the input tile in shared memory;
-    // "TN": blocks of at most N threads.
-    TCA_DW_G("tile 8x8", tiled(8, 2), 32, 8, 1);
-    TCA_DW_G("tile 8x8 grid=all", tiled(8, 2), 32, 0, 0);
-    TCA_DW_G("tile 4x16", tiled(4, 4), 32, 8, 1);
-    TCA_DW_G("tile 8x16", tiled(8, 4), 32, 8, 1);
-    TCA_DW_G("tile 16x8", tiled(16, 2), 32, 8, 1);
-    TCA_DW_G("tile 4x8", tiled(4, 2), 32, 8, 1);
-    TCA_DW_G("tile 8x16 S8", tiled(8, 2, 8), 32, 8, 1);
-    TCA_DW_G("tile 2x16", tiled(2, 4), 32, 8, 1);
-    TCA_DW_G("tile 8x8 minb3", tiled(8, 2, 4, 256, 3), 32, 8, 1);  // at most 85 registers: 3 blocks per SM
-    TCA_DW_G("tile 8x8 T128", tiled(8, 2, 4, 128), 32, 8, 1);
-  }
 #undef TCA_DW_G
 }
 

@@ -20,10 +20,10 @@ def sub(pattern, repl, count):
     if n != count:
         sys.exit(f"transform: {pattern!r} matched {n} times, expected {count}")
     src = new
-sub(r'extern __shared__ __align__\(16\) float (\w+)\[\];', r'float* \1 = reinterpret_cast<float*>(emu_shared());', 3)
+sub(r'extern __shared__ __align__\(16\) float (\w+)\[\];', r'float* \1 = reinterpret_cast<float*>(emu_shared());', 2)
 sub(r'kernel<<<grid, block, shared, stream>>>\(args\.\.\.\);', 'emu_launch(kernel, grid, block, shared, stream, args...);', 1)
 # Each kernel notes its instantiation (which paths the cases reached).
-sub(r'(__global__ void __launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*dw_\w+\([^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);', 4)
+sub(r'(__global__ void __launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*dw_\w+\([^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);', 3)
 if '<<<' in src or 'asm' in src:
     sys.exit("transform: CUDA-only syntax left")
 open(sys.argv[2], 'w').write(src)
