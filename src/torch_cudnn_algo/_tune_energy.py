@@ -16,8 +16,8 @@ that stays tractable on a whole network.
    saving.
 4. Everywhere else (energy not measured, or no saving resolved) the ``"fastest"`` pick runs, if
    it is within the guard and was not measured to cost more energy than stock's configuration:
-   per call, a GPU draws about the same power whichever of cuDNN's kernels runs, so less time is
-   the best estimate of less energy (measured on whole steps: docs/energy.md), and a
+   without a resolved measurement, less time is the best estimate of less energy (on whole
+   steps the plans' energy fell with their time, though not one for one: docs/energy.md), and a
    configuration's saving too small to resolve alone still counts in a step. Otherwise stock's
    own path runs.
 
