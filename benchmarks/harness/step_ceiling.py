@@ -55,8 +55,10 @@ def key_of(description: str) -> ConvKey:
     return ConvKey(match["transposed"] is not None, *sizes, int(match["groups"]))
 
 
-def _as_2d(sizes: list[int]) -> tuple[int, ...]:
-    return tuple(sizes[:2] + [1] + sizes[2:]) if len(sizes) == 3 else tuple(sizes)
+def _as_2d(sizes, one_d: bool, height: int = 1) -> tuple[int, ...]:
+    """A 1-d shape or parameter as cuDNN sees it: ``height`` put before its last extent."""
+    sizes = list(sizes)
+    return tuple(sizes[:-1] + [height] + sizes[-1:]) if one_d else tuple(sizes)
 
 
 def conv_calls(model, example_input) -> collections.Counter[ConvKey]:
@@ -71,10 +73,10 @@ def conv_calls(model, example_input) -> collections.Counter[ConvKey]:
 
     def hook(module, inputs, output) -> None:
         one_d = isinstance(module, (nn.Conv1d, nn.ConvTranspose1d))
-        pair = (lambda values, first: (first, *values)) if one_d else (lambda values, first: tuple(values))
-        calls[ConvKey(isinstance(module, (nn.ConvTranspose1d, nn.ConvTranspose2d)), _as_2d(list(inputs[0].shape)),
-                      _as_2d(list(module.weight.shape)), _as_2d(list(output.shape)), pair(module.stride, 1),
-                      pair(module.padding, 0), pair(module.dilation, 1), module.groups)] += 1
+        calls[ConvKey(isinstance(module, (nn.ConvTranspose1d, nn.ConvTranspose2d)),
+                      _as_2d(inputs[0].shape, one_d), _as_2d(module.weight.shape, one_d), _as_2d(output.shape, one_d),
+                      _as_2d(module.stride, one_d), _as_2d(module.padding, one_d, 0), _as_2d(module.dilation, one_d),
+                      module.groups)] += 1
 
     model = model.to("meta")
     handles = [module.register_forward_hook(hook) for module in model.modules() if isinstance(module, kinds)]

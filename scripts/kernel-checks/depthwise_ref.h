@@ -5,6 +5,7 @@
 // as the sum over every output pixel), independent of the kernels' formulas.
 #pragma once
 
+#include "conv_ref.h"
 #include "kernels/direct_conv.h"
 
 #include <algorithm>
@@ -12,12 +13,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace dwref {
 
 using namespace torch_cudnn_algo::kernels;
+using convref::for_each_tap;
+using convref::out_extent;
+using convref::parallel_for;
 
 enum class WeightLayout { kStandard, kChannelsLast, kTapsFirst };
 
@@ -26,10 +29,6 @@ struct Case {
   int64_t n, c, h, w, r, s, sh, sw, ph, pw, dh, dw;
   WeightLayout layout = WeightLayout::kStandard;
 };
-
-inline int64_t out_extent(int64_t in, int64_t pad, int64_t dil, int64_t ker, int64_t stride) {
-  return (in + 2 * pad - dil * (ker - 1) - 1) / stride + 1;
-}
 
 inline Case make(const std::string& name, int64_t n, int64_t c, int64_t h, int64_t w, int64_t r, int64_t s,
                  int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh = 1, int64_t dw = 1,
@@ -43,15 +42,9 @@ inline Case make(const std::string& name, int64_t n, int64_t c, int64_t h, int64
 }
 
 inline DirectConvShape shape_of(const Case& t) {
-  DirectConvShape s;
-  s.n = t.n; s.c = t.c; s.h = t.h; s.w = t.w; s.k = t.c;
-  s.r = t.r; s.s = t.s;
-  s.p = out_extent(t.h, t.ph, t.dh, t.r, t.sh);
-  s.q = out_extent(t.w, t.pw, t.dw, t.s, t.sw);
-  s.stride_h = t.sh; s.stride_w = t.sw; s.pad_h = t.ph; s.pad_w = t.pw;
-  s.dilation_h = t.dh; s.dilation_w = t.dw;
+  DirectConvShape s = convref::geometry_of(t);
+  s.k = t.c;
   s.groups = t.c;
-  s.channels_last = true;
   switch (t.layout) {
     case WeightLayout::kStandard:  // [c, 1, r, s] contiguous
       s.weight_strides[0] = t.r * t.s; s.weight_strides[1] = t.r * t.s; s.weight_strides[2] = t.s; s.weight_strides[3] = 1;
@@ -70,17 +63,6 @@ inline int64_t weight_at(const DirectConvShape& s, int64_t c, int64_t r, int64_t
   return c * s.weight_strides[0] + r * s.weight_strides[2] + ss * s.weight_strides[3];
 }
 
-template <typename Body>
-void parallel_for(int64_t count, Body body) {
-  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(count, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < workers; ++t)
-    pool.emplace_back([=] {
-      for (int64_t i = t; i < count; i += workers) body(i);
-    });
-  for (auto& th : pool) th.join();
-}
-
 // out and out_abs (the sum of |products|, for the tolerance), by direction.
 inline void reference(const DirectConvShape& s, DirectDirection dir, const std::vector<float>& x,
                       const std::vector<float>& dy, const std::vector<float>& wt, std::vector<double>& out,
@@ -94,17 +76,11 @@ inline void reference(const DirectConvShape& s, DirectDirection dir, const std::
       for (int64_t q = 0; q < s.q; ++q)
         for (int64_t c = 0; c < C; ++c) {
           double acc = 0, acc_abs = 0;
-          for (int64_t r = 0; r < s.r; ++r) {
-            const int64_t ih = p * s.stride_h - s.pad_h + r * s.dilation_h;
-            if (ih < 0 || ih >= s.h) continue;
-            for (int64_t ss = 0; ss < s.s; ++ss) {
-              const int64_t iw = q * s.stride_w - s.pad_w + ss * s.dilation_w;
-              if (iw < 0 || iw >= s.w) continue;
-              const double prod = double(x[((n * s.h + ih) * s.w + iw) * C + c]) * double(wt[weight_at(s, c, r, ss)]);
-              acc += prod;
-              acc_abs += std::fabs(prod);
-            }
-          }
+          for_each_tap(s, p, q, [&](int64_t r, int64_t ss, int64_t ih, int64_t iw) {
+            const double prod = double(x[((n * s.h + ih) * s.w + iw) * C + c]) * double(wt[weight_at(s, c, r, ss)]);
+            acc += prod;
+            acc_abs += std::fabs(prod);
+          });
           const int64_t at = ((n * s.p + p) * s.q + q) * C + c;
           out[at] = acc;
           out_abs[at] = acc_abs;
@@ -116,19 +92,13 @@ inline void reference(const DirectConvShape& s, DirectDirection dir, const std::
     parallel_for(s.n, [&](int64_t n) {
       for (int64_t p = 0; p < s.p; ++p)
         for (int64_t q = 0; q < s.q; ++q)
-          for (int64_t r = 0; r < s.r; ++r) {
-            const int64_t ih = p * s.stride_h - s.pad_h + r * s.dilation_h;
-            if (ih < 0 || ih >= s.h) continue;
-            for (int64_t ss = 0; ss < s.s; ++ss) {
-              const int64_t iw = q * s.stride_w - s.pad_w + ss * s.dilation_w;
-              if (iw < 0 || iw >= s.w) continue;
-              for (int64_t c = 0; c < C; ++c) {
-                const double prod = double(dy[((n * s.p + p) * s.q + q) * C + c]) * double(wt[weight_at(s, c, r, ss)]);
-                out[((n * s.h + ih) * s.w + iw) * C + c] += prod;
-                out_abs[((n * s.h + ih) * s.w + iw) * C + c] += std::fabs(prod);
-              }
+          for_each_tap(s, p, q, [&](int64_t r, int64_t ss, int64_t ih, int64_t iw) {
+            for (int64_t c = 0; c < C; ++c) {
+              const double prod = double(dy[((n * s.p + p) * s.q + q) * C + c]) * double(wt[weight_at(s, c, r, ss)]);
+              out[((n * s.h + ih) * s.w + iw) * C + c] += prod;
+              out_abs[((n * s.h + ih) * s.w + iw) * C + c] += std::fabs(prod);
             }
-          }
+          });
     });
   } else {
     // Indexed like the weight buffer (its strides): element weight_at(c, r, s).

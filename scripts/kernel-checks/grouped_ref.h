@@ -6,33 +6,24 @@
 // taps, independent of the kernel's gather formula.
 #pragma once
 
+#include "conv_ref.h"
 #include "kernels/direct_conv.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 namespace groupedref {
 
 using torch_cudnn_algo::kernels::DirectConvShape;
-
-inline int64_t out_extent(int64_t in, int64_t pad, int64_t dil, int64_t ker, int64_t stride) {
-  return (in + 2 * pad - dil * (ker - 1) - 1) / stride + 1;
-}
+using convref::for_each_tap;
+using convref::out_extent;
 
 template <typename Case>
 DirectConvShape shape_of(const Case& t) {
-  DirectConvShape s;
-  s.n = t.n; s.c = t.c; s.h = t.h; s.w = t.w; s.k = t.k;
-  s.r = t.r; s.s = t.s;
-  s.p = out_extent(t.h, t.ph, t.dh, t.r, t.sh);
-  s.q = out_extent(t.w, t.pw, t.dw, t.s, t.sw);
-  s.stride_h = t.sh; s.stride_w = t.sw; s.pad_h = t.ph; s.pad_w = t.pw;
-  s.dilation_h = t.dh; s.dilation_w = t.dw;
+  DirectConvShape s = convref::geometry_of(t);
+  s.k = t.k;
   s.groups = t.groups;
-  s.channels_last = true;
   const int64_t cpg = t.c / t.groups;
   if (t.weight_channels_last) {
     s.weight_strides[0] = t.r * t.s * cpg; s.weight_strides[1] = 1;
@@ -44,18 +35,6 @@ DirectConvShape shape_of(const Case& t) {
   return s;
 }
 
-// Runs body(n) for every image on all cores (the references are per image).
-template <typename Body>
-void for_each_image(int64_t images, Body body) {
-  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(images, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < workers; ++t)
-    pool.emplace_back([=] {
-      for (int64_t n = t; n < images; n += workers) body(n);
-    });
-  for (auto& th : pool) th.join();
-}
-
 // y[n, p, q, k] = sum x[n, p*sh-ph+r*dh, q*sw-pw+s*dw, g*cpg_in+ci] * w[k, ci, r, s]
 inline void reference_forward(const DirectConvShape& s, const std::vector<float>& x, const std::vector<float>& wt,
                        std::vector<double>& y, std::vector<double>& y_abs) {
@@ -63,26 +42,20 @@ inline void reference_forward(const DirectConvShape& s, const std::vector<float>
   const int64_t* ws = s.weight_strides;
   y.assign(s.n * s.p * s.q * s.k, 0.0);
   y_abs.assign(y.size(), 0.0);
-  for_each_image(s.n, [&](int64_t n) {
+  convref::parallel_for(s.n, [&](int64_t n) {
     for (int64_t p = 0; p < s.p; ++p)
       for (int64_t q = 0; q < s.q; ++q)
         for (int64_t k = 0; k < s.k; ++k) {
           const int64_t g = k / cpg_out;
           double acc = 0, acc_abs = 0;
-          for (int64_t r = 0; r < s.r; ++r) {
-            const int64_t ih = p * s.stride_h - s.pad_h + r * s.dilation_h;
-            if (ih < 0 || ih >= s.h) continue;
-            for (int64_t ss = 0; ss < s.s; ++ss) {
-              const int64_t iw = q * s.stride_w - s.pad_w + ss * s.dilation_w;
-              if (iw < 0 || iw >= s.w) continue;
-              const float* xp = &x[((n * s.h + ih) * s.w + iw) * s.c + g * cpg_in];
-              for (int64_t ci = 0; ci < cpg_in; ++ci) {
-                const double prod = double(xp[ci]) * double(wt[k * ws[0] + ci * ws[1] + r * ws[2] + ss * ws[3]]);
-                acc += prod;
-                acc_abs += std::fabs(prod);
-              }
+          for_each_tap(s, p, q, [&](int64_t r, int64_t ss, int64_t ih, int64_t iw) {
+            const float* xp = &x[((n * s.h + ih) * s.w + iw) * s.c + g * cpg_in];
+            for (int64_t ci = 0; ci < cpg_in; ++ci) {
+              const double prod = double(xp[ci]) * double(wt[k * ws[0] + ci * ws[1] + r * ws[2] + ss * ws[3]]);
+              acc += prod;
+              acc_abs += std::fabs(prod);
             }
-          }
+          });
           const int64_t at = ((n * s.p + p) * s.q + q) * s.k + k;
           y[at] = acc;
           y_abs[at] = acc_abs;
@@ -98,26 +71,20 @@ inline void reference_backward_data(const DirectConvShape& s, const std::vector<
   const int64_t* ws = s.weight_strides;
   dx.assign(s.n * s.h * s.w * s.c, 0.0);
   dx_abs.assign(dx.size(), 0.0);
-  for_each_image(s.n, [&](int64_t n) {
+  convref::parallel_for(s.n, [&](int64_t n) {
     for (int64_t p = 0; p < s.p; ++p)
       for (int64_t q = 0; q < s.q; ++q)
         for (int64_t k = 0; k < s.k; ++k) {
           const int64_t g = k / cpg_out;
           const double grad = dy[((n * s.p + p) * s.q + q) * s.k + k];
-          for (int64_t r = 0; r < s.r; ++r) {
-            const int64_t ih = p * s.stride_h - s.pad_h + r * s.dilation_h;
-            if (ih < 0 || ih >= s.h) continue;
-            for (int64_t ss = 0; ss < s.s; ++ss) {
-              const int64_t iw = q * s.stride_w - s.pad_w + ss * s.dilation_w;
-              if (iw < 0 || iw >= s.w) continue;
-              const int64_t base = ((n * s.h + ih) * s.w + iw) * s.c + g * cpg_in;
-              for (int64_t ci = 0; ci < cpg_in; ++ci) {
-                const double prod = grad * double(wt[k * ws[0] + ci * ws[1] + r * ws[2] + ss * ws[3]]);
-                dx[base + ci] += prod;
-                dx_abs[base + ci] += std::fabs(prod);
-              }
+          for_each_tap(s, p, q, [&](int64_t r, int64_t ss, int64_t ih, int64_t iw) {
+            const int64_t base = ((n * s.h + ih) * s.w + iw) * s.c + g * cpg_in;
+            for (int64_t ci = 0; ci < cpg_in; ++ci) {
+              const double prod = grad * double(wt[k * ws[0] + ci * ws[1] + r * ws[2] + ss * ws[3]]);
+              dx[base + ci] += prod;
+              dx_abs[base + ci] += std::fabs(prod);
             }
-          }
+          });
         }
   });
 }
