@@ -3,6 +3,7 @@ training step and compile time, on the zoo's networks.
 
     python benchmarks/compiled.py [--networks efficientnet_b0,regnety_016] [--compile-modes default,max-autotune]
                                   [--repeats 5] [--replays 20] [--child-timeout 900] [--out benchmarks/results]
+                                  [--children "max-autotune stock"] [--plan-dir DIR] [--merge]
     python benchmarks/compiled.py --render FILE.json      # no GPU
 
 Per network, fresh child processes: a ``tune`` child makes the plan (``tune()`` on the eager
@@ -20,6 +21,12 @@ eager steps where capture fails. Every child also times the *eager stock* step, 
 its own process: ratios across children (a max-autotune child against another) divide each
 child's time by its own eager-stock time first, since GPU clocks differ between processes by more
 than what is measured.
+
+A max-autotune child can compile for longer than one sitting on a GPU allows for the whole
+network: ``--children`` runs some of a network's children, ``--plan-dir`` keeps each network's plan
+(``<dir>/<network>.json``; a plan found there is measured instead of tuning a new one, so children
+of separate runs measure the same plan) and ``--merge`` adds the run's children to the day's file,
+replacing those of the same name, instead of writing it anew.
 
 Writes ``<out>/compiled-<gpu>-<date>.json`` and ``.md``.
 """
@@ -195,20 +202,29 @@ def child_env(cache_dir: str) -> dict[str, str]:
 
 
 def measure_network(network: str, compile_modes: Sequence[str], repeats: int, replays: int,
-                    timeout_s: float, checkpoint: Callable[[dict], None] = lambda record: None) -> dict:
-    """The network's children in turn; ``checkpoint`` gets the record so far after each one, so a
-    run stopped from outside (max-autotune compiles for minutes) keeps what it measured."""
+                    timeout_s: float, checkpoint: Callable[[dict], None] = lambda record: None,
+                    only: Sequence[str] | None = None, plan_dir: Path | None = None) -> dict:
+    """The network's children in turn (those named in ``only``, if given); ``checkpoint`` gets the
+    record so far after each one, so a run stopped from outside (max-autotune compiles for
+    minutes) keeps what it measured. With ``plan_dir``, the plan is ``<plan_dir>/<network>.json``:
+    tuned and kept there if missing, else measured as found."""
     record: dict[str, object] = {"name": network, "children": {}}
     with tempfile.TemporaryDirectory(prefix="compiled-") as scratch:
-        plan_path = Path(scratch) / "plan.json"
-        progress(f"{network}: tune child")
-        setup = run_child(["--child", "tune", "--network", network, "--plan-path", str(plan_path)], timeout_s,
-                          child_env(os.path.join(scratch, "inductor-tune")))
-        record["setup"] = setup
-        checkpoint(record)
-        if "error" in setup:
-            return record
+        plan_path = plan_dir / f"{network}.json" if plan_dir else Path(scratch) / "plan.json"
+        if plan_path.exists():
+            record["setup"] = {"plan_from": str(plan_path)}
+        else:
+            progress(f"{network}: tune child")
+            plan_path.parent.mkdir(parents=True, exist_ok=True)
+            setup = run_child(["--child", "tune", "--network", network, "--plan-path", str(plan_path)], timeout_s,
+                              child_env(os.path.join(scratch, "inductor-tune")))
+            record["setup"] = setup
+            checkpoint(record)
+            if "error" in setup:
+                return record
         for index, child in enumerate(children(compile_modes)):
+            if only is not None and child not in only:
+                continue
             progress(f"{network}: {child} child")
             started = time.perf_counter()
             result = run_child(["--child", "measure", "--network", network, "--plan-path", str(plan_path),
@@ -220,6 +236,17 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
             progress(f"{network}: {child}: " + (result["error"] if "error" in result else ", ".join(
                 f"{label} {num(ms, 2)} ms" for label, ms in result["median_ms"].items())))
     return record
+
+
+def merged(earlier: dict | None, record: dict) -> dict:
+    """A network's record from an earlier run of the day updated by this run's: children of the
+    same name replaced, the others kept; the setup replaced unless this run measured the earlier
+    run's plan (it then says only where the plan came from)."""
+    if earlier is None:
+        return record
+    setup = record.get("setup", {})
+    return {**earlier, "children": {**earlier.get("children", {}), **record.get("children", {})},
+            "setup": earlier.get("setup", {}) if "plan_from" in setup and "error" not in setup else setup}
 
 
 def variant_ms(record: dict) -> dict[str, float | None]:
@@ -244,10 +271,15 @@ def normalised(record: dict) -> dict[str, float]:
     return out
 
 
+def commands(report: dict) -> list[str]:
+    """The argument lines of the runs a report holds (one, or one per merged run)."""
+    return [report["argv"]] if isinstance(report["argv"], str) else list(report["argv"])
+
+
 def render(report: dict) -> str:
     lines = ["# torch.compile and the plan: GPU time per training step", "",
              f"{report['device']}, torch {report['torch']}, cuDNN {report['cudnn']}, {report['date']}. "
-             f"Command: `python benchmarks/compiled.py {report['argv']}`.", "",
+             "Command: " + "; ".join(f"`python benchmarks/compiled.py {argv}`" for argv in commands(report)) + ".", "",
              "GPU ms per step by CUDA-graph replay (median of the repeats). Each cell is measured in the child "
              "that ran it; *vs eager stock* divides it by that child's own eager-stock step, so cells from "
              "different children compare. *plan gain* = stock / plan of the same mode (above 1: the plan "
@@ -299,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--child-timeout", type=float, default=900.0)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    parser.add_argument("--children", help="comma-separated: only these of each network's children, of "
+                        "eager, default, '<mode> stock', '<mode> plan' (the modes given)")
+    parser.add_argument("--plan-dir", type=Path, help="keep each network's plan here as <network>.json; a plan "
+                        "found there is measured instead of tuning a new one")
+    parser.add_argument("--merge", action="store_true", help="add this run's children to the day's file "
+                        "instead of writing it anew")
     parser.add_argument("--render", type=Path, metavar="JSON", help="print the markdown of a saved result; no GPU")
     parser.add_argument("--child", choices=("tune", "measure"), help=argparse.SUPPRESS)
     parser.add_argument("--network", help=argparse.SUPPRESS)
@@ -321,17 +359,29 @@ def main(argv: list[str] | None = None) -> int:
     networks = [name for name in args.networks.split(",") if name]
     modes = [mode for mode in args.compile_modes.split(",") if mode]
     unknown = [name for name in networks if name not in ZOO] + [mode for mode in modes if mode not in COMPILE_MODES]
-    if unknown or args.repeats < 1 or args.replays < 1:
-        parser.error(f"unknown networks or compile modes {unknown}, or repeats/replays below 1; networks are "
-                     f"{', '.join(ZOO)}, compile modes {', '.join(COMPILE_MODES)}")
+    only = None if args.children is None else [name.strip() for name in args.children.split(",") if name.strip()]
+    unknown += [name for name in only or [] if name not in children(modes)]
+    if unknown or args.repeats < 1 or args.replays < 1 or only == []:
+        parser.error(f"unknown networks, compile modes or children {unknown}, no child named, or repeats/replays "
+                     f"below 1; networks are {', '.join(ZOO)}, compile modes {', '.join(COMPILE_MODES)}, children "
+                     f"of these modes {', '.join(children(modes))}")
     env = environment()
     report = {"device": env.get("device"), "torch": env.get("torch"), "cudnn": env.get("cudnn"), "date": now_iso()[:10],
               "argv": " ".join(argv if argv is not None else sys.argv[1:]), "compile_modes": modes, "networks": []}
     stem = args.out / f"compiled-{device_slug(report['device'])}-{report['date']}"
+    earlier: dict[str, dict] = {}
+    if args.merge and stem.with_suffix(".json").exists():
+        before = json.loads(stem.with_suffix(".json").read_text())
+        earlier = {record["name"]: record for record in before["networks"]}
+        report["argv"] = [*commands(before), report["argv"]]
+        report["compile_modes"] = [mode for mode in COMPILE_MODES if mode in {*before["compile_modes"], *modes}]
 
     def save(records: list[dict]) -> str:
-        """The report with ``records`` as its networks, written as JSON and markdown."""
-        report["networks"] = records
+        """The report with ``records`` as this run's networks (merged into the earlier run's of the
+        day with --merge), written as JSON and markdown."""
+        names = [record["name"] for record in records]
+        report["networks"] = [*(record for name, record in earlier.items() if name not in names),
+                              *(merged(earlier.get(record["name"]), record) for record in records)]
         write_json(stem.with_suffix(".json"), report)
         markdown = render(report)
         stem.with_suffix(".md").write_text(markdown)
@@ -340,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     done: list[dict] = []
     for network in networks:
         done.append(measure_network(network, modes, args.repeats, args.replays, args.child_timeout,
-                                    checkpoint=lambda record: save([*done, record])))
+                                    checkpoint=lambda record: save([*done, record]), only=only,
+                                    plan_dir=args.plan_dir))
     print(save(done), end="")
     return 0

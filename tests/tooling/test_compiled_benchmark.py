@@ -88,3 +88,78 @@ def test_each_child_is_saved_as_it_ends(monkeypatch: pytest.MonkeyPatch, tmp_pat
     network = json.loads(saved.read_text())["networks"][0]
     assert network["setup"] == {"tune_s": 1.0} and list(network["children"]) == ["eager"]
     assert "| regnety_016 | eager | 10.00 | 9.00 |" in saved.with_suffix(".md").read_text()
+
+
+def _fake_children(calls: list[list[str]]):
+    """run_child's stand-in: records each child's arguments; the tune child writes its plan file."""
+
+    def fake_child(argv: list[str], timeout_s: float, env: dict) -> dict:
+        calls.append(argv)
+        if argv[:2] == ["--child", "tune"]:
+            Path(argv[argv.index("--plan-path") + 1]).write_text("{}")
+            return {"tune_s": 1.0}
+        child = argv[argv.index("--which") + 1]
+        return {"median_ms": {"eager stock": 10.0, **{label: 8.0 for label in compiled.variants_of(child)}},
+                "first_step_s": 100.0}
+
+    return fake_child
+
+
+def test_a_network_measured_over_two_runs_merges_into_one_file(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    """max-autotune compiles for longer than one sitting allows: the first run measures eager and
+    max-autotune stock and keeps the plan, the second measures max-autotune plan on that plan,
+    and the day's file holds all three children."""
+    calls: list[list[str]] = []
+    monkeypatch.setattr(compiled, "run_child", _fake_children(calls))
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
+    plans, out = tmp_path / "plans", tmp_path / "out"
+    common = ["--networks", "mobilenet_v3_large", "--compile-modes", "max-autotune", "--plan-dir", str(plans),
+              "--out", str(out)]
+    compiled.main([*common, "--children", "eager,max-autotune stock"])
+    assert [argv[argv.index("--which") + 1] for argv in calls if "--which" in argv] == ["eager", "max-autotune stock"]
+    assert (plans / "mobilenet_v3_large.json").exists()
+
+    calls.clear()
+    compiled.main([*common, "--children", "max-autotune plan", "--merge"])
+    assert [argv[1] for argv in calls] == ["measure"]  # the kept plan is measured, not tuned again
+    assert calls[0][calls[0].index("--plan-path") + 1] == str(plans / "mobilenet_v3_large.json")
+
+    (saved,) = out.glob("compiled-*.json")
+    report = json.loads(saved.read_text())
+    (network,) = report["networks"]
+    assert list(network["children"]) == ["eager", "max-autotune stock", "max-autotune plan"]
+    assert network["setup"] == {"tune_s": 1.0}  # the run that tuned it
+    assert len(report["argv"]) == 2
+    text = saved.with_suffix(".md").read_text()
+    assert "| mobilenet_v3_large | max-autotune | 8.00 | 8.00 | 0.800 | 0.800 | 1.000 | 100.0 / 100.0 |" in text
+    assert text.count("`python benchmarks/compiled.py --networks mobilenet_v3_large") == 2
+
+
+def test_without_merge_a_run_writes_the_days_file_anew(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(compiled, "run_child", _fake_children([]))
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
+    compiled.main(["--networks", "regnety_016", "--compile-modes", "default", "--out", str(tmp_path)])
+    compiled.main(["--networks", "efficientnet_b0", "--compile-modes", "default", "--children", "eager",
+                   "--out", str(tmp_path)])
+    (saved,) = tmp_path.glob("compiled-*.json")
+    report = json.loads(saved.read_text())
+    assert [record["name"] for record in report["networks"]] == ["efficientnet_b0"]
+    assert list(report["networks"][0]["children"]) == ["eager"] and isinstance(report["argv"], str)
+
+
+def test_merged_keeps_other_children_and_the_tuning_runs_setup() -> None:
+    earlier = {"name": "n", "setup": {"tune_s": 2.0}, "children": {"eager": {"a": 1}, "default": {"b": 1}}}
+    later = {"name": "n", "setup": {"plan_from": "/p/n.json"}, "children": {"default": {"b": 2}}}
+    assert compiled.merged(earlier, later) == {"name": "n", "setup": {"tune_s": 2.0},
+                                               "children": {"eager": {"a": 1}, "default": {"b": 2}}}
+    retuned = {"name": "n", "setup": {"tune_s": 3.0}, "children": {}}
+    assert compiled.merged(earlier, retuned)["setup"] == {"tune_s": 3.0}
+    assert compiled.merged(None, later) is later
+
+
+def test_children_must_be_of_the_modes_given(capsys: pytest.CaptureFixture[str]) -> None:
+    for children in ("max-autotune stock", ",", "eager,nope"):
+        with pytest.raises(SystemExit):
+            compiled.main(["--compile-modes", "default", "--children", children])
+    assert "children of these modes eager, default" in capsys.readouterr().err
