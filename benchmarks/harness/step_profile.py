@@ -41,7 +41,6 @@ from .stats import num
 
 DEFAULT_NETWORKS = ("mobilenet_v3_large", "efficientnet_b0", "conv_tasnet")
 CONV_OPS = {"aten::convolution": "forward", "aten::convolution_backward": "backward"}
-MODES = ("benchmark", "plan")  # in the order they are profiled
 TOP_KERNELS = 8
 KEPT_KERNELS = 40  # of the costliest kernels per mode, in the JSON (their names are long)
 TOP_CONVOLUTIONS = 12
