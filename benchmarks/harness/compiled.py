@@ -365,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown networks, compile modes or children {unknown}, no child named, or repeats/replays "
                      f"below 1; networks are {', '.join(ZOO)}, compile modes {', '.join(COMPILE_MODES)}, children "
                      f"of these modes {', '.join(children(modes))}")
+    if args.merge and args.plan_dir is None:
+        parser.error("--merge needs --plan-dir: children merged into one record must have measured one plan")
     env = environment()
     report = {"device": env.get("device"), "torch": env.get("torch"), "cudnn": env.get("cudnn"), "date": now_iso()[:10],
               "argv": " ".join(argv if argv is not None else sys.argv[1:]), "compile_modes": modes, "networks": []}

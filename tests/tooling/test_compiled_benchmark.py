@@ -163,3 +163,6 @@ def test_children_must_be_of_the_modes_given(capsys: pytest.CaptureFixture[str])
         with pytest.raises(SystemExit):
             compiled.main(["--compile-modes", "default", "--children", children])
     assert "children of these modes eager, default" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compiled.main(["--compile-modes", "default", "--merge"])
+    assert "--merge needs --plan-dir" in capsys.readouterr().err
