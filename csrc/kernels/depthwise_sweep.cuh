@@ -73,15 +73,16 @@ template <typename T> constexpr DirectDType sweep_dtype();
 template <> constexpr DirectDType sweep_dtype<__half>() { return DirectDType::kHalf; }
 template <> constexpr DirectDType sweep_dtype<__nv_bfloat16>() { return DirectDType::kBFloat16; }
 
-template <typename T, bool Backward, int KS, int SW, int TUNE, int MAX_TX, int BLOCKS_PER_SM>
+// VEC: channels a thread holds (16 bytes of them unless a variant says fewer).
+template <typename T, bool Backward, int KS, int SW, int TUNE, int MAX_TX, int BLOCKS_PER_SM,
+          int VEC = 16 / static_cast<int>(sizeof(T))>
 int sweep_gather(const DirectConvShape& s, int sm_count, const void* a, const void* b, void* out, void*,
                  cudaStream_t stream) {
-  constexpr int kFull = 16 / static_cast<int>(sizeof(T));
   const T* src = static_cast<const T*>(a);
   T* dst = static_cast<T*>(out);
-  if (window_width(s) != KS || s.stride_w != SW || vector_for(s.c, kFull, sizeof(T), {src, dst}) != kFull) return -1;
+  if (window_width(s) != KS || s.stride_w != SW || vector_for(s.c, VEC, sizeof(T), {src, dst}) != VEC) return -1;
   if (gather_unroll_rows(TUNE) && s.r != KS) return -1;
-  const GatherPick<T> pick = gather_pick<T, kFull, Backward, KS, SW, TUNE>(GatherLaunch{MAX_TX, BLOCKS_PER_SM});
+  const GatherPick<T> pick = gather_pick<T, VEC, Backward, KS, SW, TUNE>(GatherLaunch{MAX_TX, BLOCKS_PER_SM});
   return static_cast<int>(launch_gather_pick<T>(s, Backward, sm_count, pick, src, static_cast<const T*>(b), dst, stream));
 }
 inline size_t sweep_no_workspace(const DirectConvShape&, int) { return 0; }
@@ -108,7 +109,10 @@ int sweep_filter(const DirectConvShape& s, int sm_count, const void* a, const vo
 // The gather's variants (forward and backward data). The configuration in use
 // first (depthwise_choices.cuh: the baseline every variant is timed against);
 // "stage" reads the taps coalesced, which every later one keeps; "txN": N
-// channel vectors across a block.
+// channel vectors across a block; "vec/2", "vec/4": a thread holds 8 or 4
+// bytes of channels instead of 16 (fewer registers a thread, so more warps an
+// SM: ncu found the 3x3 forward latency-bound at 25% occupancy, limited by its
+// 95 registers, on the H100); "minbN": registers capped so that N blocks fit an SM.
 template <typename T, bool Backward, int KS, int SW>
 void add_gather_variants(std::vector<DwVariant>& v) {
   const DirectDirection dir = Backward ? DirectDirection::kBackwardData : DirectDirection::kForward;
@@ -144,6 +148,20 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   TCA_DW_G("stage S8 tx8", gather_tune(8, 1, false, true), 8, 8, 0);
   TCA_DW_G("stage R2 tx8", gather_tune(4, 2, false, true), 8, 8, 0);
   TCA_DW_G("stage unroll tx8", gather_tune(4, 1, false, true, 256, 0, true), 8, 8, 0);
+  TCA_DW_G("stage minb3", gather_tune(4, 1, false, true, 256, 3), 32, 8, 1);
+  TCA_DW_G("stage minb4", gather_tune(4, 1, false, true, 256, 4), 32, 8, 1);
+#define TCA_DW_GV(NAME, VEC, TUNE, MAX_TX, BPS, NEW)                                                  \
+  v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_no_workspace,                \
+               sweep_gather<T, Backward, KS, SW, TUNE, MAX_TX, BPS, VEC>})
+  constexpr int kHalfVec = 8 / static_cast<int>(sizeof(T)), kQuarterVec = 4 / static_cast<int>(sizeof(T));
+  TCA_DW_GV("stage vec/2", kHalfVec, kStage, 32, 8, 1);
+  TCA_DW_GV("stage vec/2 tx16", kHalfVec, kStage, 16, 8, 0);
+  TCA_DW_GV("stage vec/2 bps16", kHalfVec, kStage, 32, 16, 0);
+  TCA_DW_GV("stage vec/2 minb4", kHalfVec, gather_tune(4, 1, false, true, 256, 4), 32, 8, 1);
+  TCA_DW_GV("stage vec/2 S8", kHalfVec, gather_tune(8, 1, false, true), 32, 8, 1);
+  TCA_DW_GV("stage vec/2 unroll", kHalfVec, gather_tune(4, 1, false, true, 256, 0, true), 32, 8, 1);
+  TCA_DW_GV("stage vec/4", kQuarterVec, kStage, 32, 8, 1);
+#undef TCA_DW_GV
 #undef TCA_DW_G
 }
 
