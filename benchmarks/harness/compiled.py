@@ -246,7 +246,7 @@ def merged(earlier: dict | None, record: dict) -> dict:
         return record
     setup = record.get("setup", {})
     return {**earlier, "children": {**earlier.get("children", {}), **record.get("children", {})},
-            "setup": earlier.get("setup", {}) if "plan_from" in setup and "error" not in setup else setup}
+            "setup": earlier.get("setup", {}) if "plan_from" in setup else setup}
 
 
 def variant_ms(record: dict) -> dict[str, float | None]:

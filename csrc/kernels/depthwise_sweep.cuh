@@ -73,9 +73,8 @@ template <typename T> constexpr DirectDType sweep_dtype();
 template <> constexpr DirectDType sweep_dtype<__half>() { return DirectDType::kHalf; }
 template <> constexpr DirectDType sweep_dtype<__nv_bfloat16>() { return DirectDType::kBFloat16; }
 
-// VEC: channels a thread holds (16 bytes of them unless a variant says fewer).
-template <typename T, bool Backward, int KS, int SW, int TUNE, int MAX_TX, int BLOCKS_PER_SM,
-          int VEC = 16 / static_cast<int>(sizeof(T))>
+// VEC: channels a thread holds.
+template <typename T, bool Backward, int KS, int SW, int TUNE, int MAX_TX, int BLOCKS_PER_SM, int VEC>
 int sweep_gather(const DirectConvShape& s, int sm_count, const void* a, const void* b, void* out, void*,
                  cudaStream_t stream) {
   const T* src = static_cast<const T*>(a);
@@ -117,9 +116,11 @@ template <typename T, bool Backward, int KS, int SW>
 void add_gather_variants(std::vector<DwVariant>& v) {
   const DirectDirection dir = Backward ? DirectDirection::kBackwardData : DirectDirection::kForward;
   int inst = 0;
-#define TCA_DW_G(NAME, TUNE, MAX_TX, BPS, NEW)                                                        \
+#define TCA_DW_GV(NAME, VEC, TUNE, MAX_TX, BPS, NEW)                                                  \
   v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_no_workspace,                \
-               sweep_gather<T, Backward, KS, SW, TUNE, MAX_TX, BPS>})
+               sweep_gather<T, Backward, KS, SW, TUNE, MAX_TX, BPS, VEC>})
+#define TCA_DW_G(NAME, TUNE, MAX_TX, BPS, NEW) TCA_DW_GV(NAME, kFullVec, TUNE, MAX_TX, BPS, NEW)
+  constexpr int kFullVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kStage = gather_tune(4, 1, false, true);
   using InUse = GatherChoice<Backward, KS, SW>;
   constexpr int kInUse = InUse::kTune, kInUseTx = InUse::kLaunch.max_tx, kInUseBps = InUse::kLaunch.blocks_per_sm;
@@ -150,9 +151,6 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   TCA_DW_G("stage unroll tx8", gather_tune(4, 1, false, true, 256, 0, true), 8, 8, 0);
   TCA_DW_G("stage minb3", gather_tune(4, 1, false, true, 256, 3), 32, 8, 1);
   TCA_DW_G("stage minb4", gather_tune(4, 1, false, true, 256, 4), 32, 8, 1);
-#define TCA_DW_GV(NAME, VEC, TUNE, MAX_TX, BPS, NEW)                                                  \
-  v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_no_workspace,                \
-               sweep_gather<T, Backward, KS, SW, TUNE, MAX_TX, BPS, VEC>})
   constexpr int kHalfVec = 8 / static_cast<int>(sizeof(T)), kQuarterVec = 4 / static_cast<int>(sizeof(T));
   TCA_DW_GV("stage vec/2", kHalfVec, kStage, 32, 8, 1);
   TCA_DW_GV("stage vec/2 tx16", kHalfVec, kStage, 16, 8, 0);
@@ -161,8 +159,8 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   TCA_DW_GV("stage vec/2 S8", kHalfVec, gather_tune(8, 1, false, true), 32, 8, 1);
   TCA_DW_GV("stage vec/2 unroll", kHalfVec, gather_tune(4, 1, false, true, 256, 0, true), 32, 8, 1);
   TCA_DW_GV("stage vec/4", kQuarterVec, kStage, 32, 8, 1);
-#undef TCA_DW_GV
 #undef TCA_DW_G
+#undef TCA_DW_GV
 }
 
 // The backward filter's variants, the configuration in use first. "wide":
