@@ -1,5 +1,6 @@
 """GPU: our own kernel "tca.direct" pinned for all three directions, against float64 on CPU:
-depthwise (with and without a channel multiplier), grouped with few channels per group, one
+depthwise (with and without a channel multiplier), grouped with few channels per group, stems
+(three input channels), one
 channel on a side (ConvTasNet's transposed decoder), 1-d and 2-d, transposed, stride, padding,
 dilation, odd sizes, batch 1, fp16/bf16/fp32/fp64, NCHW and channels_last, non-contiguous and
 misaligned operands; determinism (bitwise equal reruns) and refusals."""
@@ -45,6 +46,11 @@ CASES = [
     form("dw3x1_stride3", 2, 18, 18, (17, 16), (3, 1), stride=3, padding=(1, 0), groups=18),
     form("dw9x9s2", 2, 24, 24, (19, 21), (9, 9), stride=2, padding=4, groups=24),
     form("dw5x5s2_c3", 3, 3, 3, (13, 12), (5, 5), stride=2, padding=2, groups=3),
+    # Stems: few input channels; the filter gradient of fp16/bf16 channels_last ones runs the
+    # tensor-core stem kernel, several of its 64-pixel tiles a block.
+    form("stem3x3s2", 2, 3, 16, (33, 35), (3, 3), stride=2, padding=1),
+    form("stem7x7s2", 2, 3, 64, (29, 31), (7, 7), stride=2, padding=3),
+    form("stem3x3_k24_dilated", 3, 3, 24, (20, 21), (3, 3), padding=2, dilation=2),
     form("grouped24", 2, 48, 48, (14, 14), (3, 3), stride=2, padding=1, groups=2),
     form("grouped4", 2, 32, 32, (9, 9), (3, 3), padding=1, groups=8),
     form("grouped16_unpadded", 2, 64, 32, (8, 10), (3, 3), groups=4),

@@ -1,4 +1,4 @@
-"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, depthwise.cu) run on the host
+"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, stem_filter.cu, depthwise.cu) run on the host
 by an emulation of the CUDA runtime (tests/emulation: the kernel file rewritten where CUDA-only
 syntax stands, blocks run in turn, their threads as real threads so barriers are real, shared
 memory filled with NaN), against float64 references: every output element, guard regions around
@@ -38,6 +38,15 @@ def test_grouped_tensor_core_kernel_matches_float64_on_the_host(tmp_path: Path) 
 
 
 @needs_cxx
+def test_stem_filter_gradient_kernel_matches_float64_on_the_host(tmp_path: Path) -> None:
+    output = run_emulation("stem", tmp_path)
+    assert "ALL PASS (0 failures" in output, output[-4000:]
+    # Several tiles a block, and the refusals, were among the cases.
+    assert "several a block) fp16 wNCHW sm1   workspace 10368 " in output, output[-4000:]
+    assert "FAIL refused" not in output
+
+
+@needs_cxx
 def test_depthwise_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
     output = run_emulation("depthwise", tmp_path)
     assert "ALL PASS (0 failures" in output, output[-4000:]
@@ -49,4 +58,4 @@ def test_depthwise_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
 def test_the_runner_names_what_it_runs() -> None:
     done = subprocess.run(["sh", str(RUN), "conv3d"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 2
-    assert "the kernel is grouped or depthwise, got 'conv3d'" in done.stderr
+    assert "the kernel is grouped, stem or depthwise, got 'conv3d'" in done.stderr

@@ -1,7 +1,7 @@
 """Our own kernels against cuDNN, layer by layer: for the convolutions of the zoo furthest from
 their roofline bound (depthwise, grouped with few channels per group, ConvTasNet's one-channel
-transposed decoder, the three-channel stems of MobileNetV3 and EfficientNet, whose filter gradient
-takes 0.13-0.15 ms of their steps under stock's and the tuned plan's choices alike), every direction is profiled with ``torch_cudnn_algo.profile``: each cuDNN
+transposed decoder, the three-channel stems of MobileNetV3, EfficientNet/RegNetY and ResNeXt),
+every direction is profiled with ``torch_cudnn_algo.profile``: each cuDNN
 candidate (legacy algorithms and engine configurations), stock's own choice and ``"tca.direct"``,
 timed on the same operands (median CUDA-event time) and checked against float64.
 
@@ -40,7 +40,8 @@ LAYERS: list[tuple[str, str]] = [
     ("conv_tasnet decoder (transposed, 1 channel)", "conv_transpose1d 8x512x4001 -> 1x16 s8 p8 fp16 contiguous"),
     ("conv_tasnet dw 1-d k3", "conv1d 4x512x4001 -> 512x3 s1 p1 g512 fp16 contiguous"),
     ("mobilenet_v3_large stem (3 channels) s2", "conv2d 64x3x224x224 -> 16x3x3 s2 p1 fp16 channels_last"),
-    ("efficientnet_b0 stem (3 channels) s2", "conv2d 64x3x224x224 -> 32x3x3 s2 p1 fp16 channels_last"),
+    ("efficientnet_b0 and regnety_016 stem (3 channels) s2", "conv2d 64x3x224x224 -> 32x3x3 s2 p1 fp16 channels_last"),
+    ("resnext50_32x4d stem (3 channels) 7x7 s2", "conv2d 64x3x224x224 -> 64x7x7 s2 p3 fp16 channels_last"),
 ]
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 OURS = "tca.direct"

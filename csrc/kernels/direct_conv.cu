@@ -13,13 +13,16 @@
 //   result is the same on every run (deterministic).
 // Grouped convolutions of 8 to 64 channels a group (fp16/bf16, NHWC) run
 // instead as tensor-core GEMMs where they can: grouped_mma.cu; depthwise
-// convolutions in NHWC (fp16, bf16, fp32) run depthwise.cu's kernels.
+// convolutions in NHWC (fp16, bf16, fp32) run depthwise.cu's kernels; the
+// filter gradient of stems (few input channels, fp16/bf16, NHWC) is a
+// tensor-core GEMM too: stem_filter.cu.
 #include "kernels/direct_conv.h"
 
 #include "kernels/depthwise.h"
 #include "kernels/direct_common.h"
 #include "kernels/element_types.h"
 #include "kernels/grouped_mma.h"
+#include "kernels/stem_filter.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -450,6 +453,8 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, co
   const T* tb = static_cast<const T*>(b);
   T* to = static_cast<T*>(out);
   if (direction == DirectDirection::kBackwardFilter) {
+    if (stem_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(b) % 16 == 0))
+      return static_cast<cudaError_t>(launch_stem_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
     using Acc = typename AccOf<T>::type;
     const FilterLaunch l = filter_launch(s, dtype_of<T>(), vec, sm_count);
     Acc* partial = static_cast<Acc*>(workspace);
@@ -528,11 +533,13 @@ std::string refusal_of(const DirectConvShape& s, DirectDType dtype, DirectDirect
 
 size_t workspace_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction, int sm_count) {
   if (direction != DirectDirection::kBackwardFilter) return 0;
-  // The launch vectorises only aligned operands: room for either way.
+  // The launch vectorises only aligned operands, and takes the stem kernel only
+  // for an aligned dy on a GPU that has it: room for every way.
   const int64_t slices = std::max(filter_launch(s, dtype, 1, sm_count).slices,
                                   filter_launch(s, dtype, nhwc_vector(s, dtype, direction), sm_count).slices);
   const int acc_bytes = dtype == DirectDType::kDouble ? 8 : 4;
-  return static_cast<size_t>(slices * (s.c / s.groups) * s.r * s.s * s.k * acc_bytes);
+  return std::max(static_cast<size_t>(slices * (s.c / s.groups) * s.r * s.s * s.k * acc_bytes),
+                  stem_filter_workspace_bytes(s, dtype, sm_count));
 }
 
 template <typename T>

@@ -22,6 +22,7 @@
 // output element is summed by one warp in a fixed order (deterministic).
 #include "kernels/grouped_mma.h"
 
+#include "kernels/device_traits.cuh"
 #include "kernels/direct_common.h"
 
 #include <cuda_bf16.h>
@@ -69,7 +70,6 @@ constexpr int kWeightBatch = 8;
 // The driver keeps this much shared memory per resident block for itself.
 constexpr size_t kReservedSharedPerBlock = 1024;
 constexpr size_t kDefaultSharedLimit = 48 * 1024;
-constexpr int kMaxCachedDevices = 64;
 // Keeps the per-tap index arithmetic in int; the weights would exceed shared memory long before.
 constexpr int64_t kMaxTaps = 4096;
 
@@ -439,46 +439,6 @@ __global__ void __launch_bounds__(kThreads) grouped_mma_nhwc(MmaGeometry<Index> 
 }
 
 // ---------------------------------------------------------------- host side
-
-// What the launch needs of the GPU, read once per device: the calls are cheap,
-// but a launch should not pay them every time.
-struct DeviceTraits {
-  int major = 0;          // compute capability; 0 when unknown
-  int shared_optin = 0;   // shared memory a block may have, opted in
-  int shared_per_sm = 0;
-};
-
-DeviceTraits query_device(int device) {
-  DeviceTraits t;
-  if (cudaDeviceGetAttribute(&t.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&t.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&t.shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
-    // Unknown means "not this kernel" (the gather kernel runs); leave no error
-    // behind for that launch's cudaGetLastError to report.
-    cudaGetLastError();
-    return DeviceTraits{};
-  }
-  return t;
-}
-
-// The current device (the launch's stream runs on it) and its traits; false if
-// there is no current device.
-bool current_device(int* device, DeviceTraits* traits) {
-  if (cudaGetDevice(device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  if (*device < 0 || *device >= kMaxCachedDevices) {
-    *traits = query_device(*device);
-    return true;
-  }
-  static std::once_flag queried[kMaxCachedDevices];
-  static DeviceTraits cached[kMaxCachedDevices];
-  const int d = *device;
-  std::call_once(queried[d], [d] { cached[d] = query_device(d); });
-  *traits = cached[d];
-  return true;
-}
 
 template <typename Index>
 MmaGeometry<Index> geometry_of(const DirectConvShape& s, DirectDirection direction, const MmaPlan& plan,

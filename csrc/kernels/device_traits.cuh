@@ -1,0 +1,54 @@
+// What a kernel's launch needs to know of the GPU it runs on, read once per
+// device: the queries are cheap, but a launch should not pay them every time.
+// Shared by the tensor-core kernels (grouped_mma.cu, stem_filter.cu); inline,
+// so every kernel file sees the same per-device cache.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+namespace torch_cudnn_algo::kernels {
+
+struct DeviceTraits {
+  int major = 0;          // compute capability; 0 when unknown
+  int shared_optin = 0;   // shared memory a block may have, opted in
+  int shared_per_sm = 0;
+};
+
+// Devices whose traits are cached; a device index beyond is queried every time.
+constexpr int kMaxCachedDevices = 64;
+
+inline DeviceTraits query_device(int device) {
+  DeviceTraits t;
+  if (cudaDeviceGetAttribute(&t.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&t.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&t.shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
+    // Unknown means "not this kernel" (the generic kernels run); leave no error
+    // behind for that launch's cudaGetLastError to report.
+    cudaGetLastError();
+    return DeviceTraits{};
+  }
+  return t;
+}
+
+// The current device (the launch's stream runs on it) and its traits; false if
+// there is no current device.
+inline bool current_device(int* device, DeviceTraits* traits) {
+  if (cudaGetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (*device < 0 || *device >= kMaxCachedDevices) {
+    *traits = query_device(*device);
+    return true;
+  }
+  static std::once_flag queried[kMaxCachedDevices];
+  static DeviceTraits cached[kMaxCachedDevices];
+  const int d = *device;
+  std::call_once(queried[d], [d] { cached[d] = query_device(d); });
+  *traits = cached[d];
+  return true;
+}
+
+}  // namespace torch_cudnn_algo::kernels

@@ -1,0 +1,156 @@
+// Runs csrc/kernels/stem_filter.cu's own source (host-side logic and the kernel
+// body, rewritten by transform_stem_filter.py) on the CPU: the filter gradient
+// of stem-like convolutions (few input channels) against a float64 reference,
+// in both weight layouts, every weight element written (a NaN prefill of the
+// output and the workspace shows one that is not, or a partial never summed),
+// guard regions around the output untouched, and the shapes it must refuse.
+// Build and run: tests/emulation/run stem [asan]; tests/test_kernel_emulation.py runs it.
+#include STEM_FILTER_EMU_INC
+
+#include "conv_ref.h"
+
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace torch_cudnn_algo::kernels;
+
+struct Case {
+  std::string name;
+  int64_t n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw;
+  int64_t groups = 1;
+  bool expect = true;
+};
+
+template <typename T> float to_f(T v);
+template <> float to_f<__half>(__half v) { return __half2float(v); }
+template <> float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> DirectDType dtype_of();
+template <> DirectDType dtype_of<__half>() { return DirectDType::kHalf; }
+template <> DirectDType dtype_of<__nv_bfloat16>() { return DirectDType::kBFloat16; }
+
+int failures = 0, runs = 0;
+
+template <typename T>
+void run(const Case& t, int sm_count, bool weight_channels_last) {
+  DirectConvShape s = convref::geometry_of(t);
+  s.k = t.k;
+  s.groups = t.groups;
+  // The weight [k, c, r, s], channels_last (the runner's) or contiguous.
+  const int64_t w_strides[2][4] = {{t.c * t.r * t.s, t.r * t.s, t.s, 1}, {t.c * t.r * t.s, 1, t.s * t.c, t.c}};
+  for (int d = 0; d < 4; ++d) s.weight_strides[d] = w_strides[weight_channels_last][d];
+  const DirectDirection dir = DirectDirection::kBackwardFilter;
+  const bool applies = stem_filter_applies(s, dtype_of<T>(), dir, true);
+  if (applies != t.expect || stem_filter_fits(s, dtype_of<T>(), dir) != t.expect ||
+      (stem_filter_workspace_bytes(s, dtype_of<T>(), sm_count) > 0) != t.expect) {
+    std::printf("FAIL %s: applies=%d expected %d\n", t.name.c_str(), applies, t.expect);
+    ++failures;
+  }
+  if (!applies) {
+    if (stem_filter_applies(s, dtype_of<T>(), dir, true)) ++failures;
+    return;
+  }
+  if (stem_filter_applies(s, dtype_of<T>(), dir, false)) {
+    std::printf("FAIL %s: applies to a misaligned dy\n", t.name.c_str());
+    ++failures;
+  }
+  std::mt19937 rng(7 + t.c + t.h * 3 + t.k * 5 + t.r);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  auto make = [&](int64_t count, std::vector<float>& f) {
+    std::vector<T> v(count);
+    f.resize(count);
+    for (int64_t i = 0; i < count; ++i) { v[i] = T(dist(rng)); f[i] = to_f(v[i]); }
+    return v;
+  };
+  std::vector<float> xf, dyf;
+  const std::vector<T> x = make(s.n * s.h * s.w * s.c, xf);
+  const std::vector<T> dy = make(s.n * s.p * s.q * s.k, dyf);
+  // dweight[k, ci, r, s] = sum over (n, p, q) of x[n, tap(p, r), tap(q, s), ci] * dy[n, p, q, k]
+  const int64_t rows = s.c * s.r * s.s;
+  std::vector<double> ref(rows * s.k, 0.0), ref_abs(rows * s.k, 0.0);
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t p = 0; p < s.p; ++p)
+      for (int64_t q = 0; q < s.q; ++q)
+        convref::for_each_tap(s, p, q, [&](int64_t r, int64_t ss, int64_t ih, int64_t iw) {
+          for (int64_t ci = 0; ci < s.c; ++ci)
+            for (int64_t k = 0; k < s.k; ++k) {
+              const double v = double(xf[((n * s.h + ih) * s.w + iw) * s.c + ci]) * dyf[((n * s.p + p) * s.q + q) * s.k + k];
+              const int64_t j = (ci * s.r + r) * s.s + ss;
+              ref[j * s.k + k] += v;
+              ref_abs[j * s.k + k] += std::fabs(v);
+            }
+        });
+  const size_t workspace_bytes = stem_filter_workspace_bytes(s, dtype_of<T>(), sm_count);
+  std::vector<float> workspace(workspace_bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+  const int64_t guard = 64;
+  std::vector<T> out(rows * s.k + 2 * guard);
+  std::memset(out.data(), 0xFF, out.size() * sizeof(T));
+  const int code = launch_stem_filter(s, dtype_of<T>(), sm_count, x.data(), dy.data(), out.data() + guard,
+                                      workspace.data(), nullptr);
+  ++runs;
+  // One rounding to the output type on top of fp32 sums.
+  const double eps = dtype_of<T>() == DirectDType::kHalf ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  int64_t bad = 0;
+  double worst = 0;
+  for (int64_t k = 0; k < s.k; ++k)
+    for (int64_t ci = 0; ci < s.c; ++ci)
+      for (int64_t r = 0; r < s.r; ++r)
+        for (int64_t ss = 0; ss < s.s; ++ss) {
+          const int64_t j = (ci * s.r + r) * s.s + ss;
+          const int64_t at = k * s.weight_strides[0] + ci * s.weight_strides[1] + r * s.weight_strides[2] +
+                             ss * s.weight_strides[3];
+          const double o = to_f(out[guard + at]), want = ref[j * s.k + k];
+          const double tol = eps * std::fabs(want) + 1e-5 * ref_abs[j * s.k + k] + 1e-6;
+          const double err = std::fabs(o - want);
+          if (!(err <= tol)) {
+            if (bad < 3) std::printf("   k %lld j %lld got %g want %g\n", static_cast<long long>(k),
+                                     static_cast<long long>(j), o, want);
+            ++bad;
+          } else {
+            worst = std::max(worst, err / tol);
+          }
+        }
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(out.data());
+  for (int64_t i = 0; i < guard; ++i)
+    if (bits[i] != 0xFFFF || bits[guard + rows * s.k + i] != 0xFFFF) { ++bad; std::printf("   guard written\n"); break; }
+  const bool ok = code == 0 && bad == 0;
+  std::printf("%s %-48s %s w%s sm%-3d workspace %-7zu err/tol %.3f\n", ok ? "ok  " : "FAIL", t.name.c_str(),
+              dtype_of<T>() == DirectDType::kHalf ? "fp16" : "bf16", weight_channels_last ? "NHWC" : "NCHW", sm_count,
+              workspace_bytes, worst);
+  if (!ok) ++failures;
+}
+
+Case mk(const std::string& name, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r, int64_t s,
+        int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups = 1, bool expect = true) {
+  return Case{name, n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, groups, expect};
+}
+
+int main() {
+  const std::vector<Case> cases = {
+      mk("mobilenet-like n2 3x17x19 k16 3x3 s2 p1", 2, 3, 17, 19, 16, 3, 3, 2, 2, 1, 1, 1, 1),
+      mk("efficientnet-like n1 3x24x20 k32 3x3 s2 p1", 1, 3, 24, 20, 32, 3, 3, 2, 2, 1, 1, 1, 1),
+      mk("resnext-like n1 3x13x15 k64 7x7 s2 p3", 1, 3, 13, 15, 64, 7, 7, 2, 2, 3, 3, 1, 1),
+      mk("n2 4x8x8 k8 3x3 p2 d2", 2, 4, 8, 8, 8, 3, 3, 1, 1, 2, 2, 2, 2),
+      mk("n3 1x10x7 k24 5x5 s3 p0", 3, 1, 10, 7, 24, 5, 5, 3, 3, 0, 0, 1, 1),
+      mk("n1 3x1x50 k16 1x7 s1x2 p0x3 (1-d)", 1, 3, 1, 50, 16, 1, 7, 1, 2, 0, 3, 1, 1),
+      mk("n5 2x9x11 k40 3x2 s2x1 p1x0 d1x2", 5, 2, 9, 11, 40, 3, 2, 2, 1, 1, 0, 1, 2),
+      mk("n1 16x6x6 k64 3x3 p1 (144 rows)", 1, 16, 6, 6, 64, 3, 3, 1, 1, 1, 1, 1, 1),
+      mk("n2 3x40x40 k16 3x3 p1 (50 tiles: several a block)", 2, 3, 40, 40, 16, 3, 3, 1, 1, 1, 1, 1, 1),
+      mk("n1 1x1x1 k8 1x1 (one pixel)", 1, 1, 1, 1, 8, 1, 1, 1, 1, 0, 0, 1, 1),
+      mk("refused: k12 not a multiple of 8", 1, 3, 8, 8, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, false),
+      mk("refused: k72 over 64", 1, 3, 8, 8, 72, 3, 3, 1, 1, 1, 1, 1, 1, 1, false),
+      mk("refused: 4x7x7 = 196 rows", 1, 4, 8, 8, 16, 7, 7, 1, 1, 3, 3, 1, 1, 1, false),
+      mk("refused: two groups", 1, 4, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, false),
+  };
+  for (const auto& t : cases) {
+    run<__half>(t, 132, true);
+    run<__half>(t, 1, false);
+    run<__nv_bfloat16>(t, 3, true);
+  }
+  std::printf(failures ? "%d FAILURES in %d runs\n" : "ALL PASS (%d failures, %d runs)\n", failures, runs);
+  return failures ? 1 : 0;
+}
