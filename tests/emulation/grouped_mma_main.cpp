@@ -4,6 +4,8 @@
 // Build and run: tests/emulation/run grouped [thorough] [asan]; tests/test_kernel_emulation.py runs it.
 #include GROUPED_MMA_EMU_INC
 
+#include "element_values.h"
+
 #include "grouped_ref.h"
 
 #include <algorithm>
@@ -22,13 +24,6 @@ struct Case {
   bool weight_channels_last = false;
   bool expect = true;
 };
-
-template <typename T> float to_f(T v);
-template <> float to_f<__half>(__half v) { return __half2float(v); }
-template <> float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> DirectDType dtype_of();
-template <> DirectDType dtype_of<__half>() { return DirectDType::kHalf; }
-template <> DirectDType dtype_of<__nv_bfloat16>() { return DirectDType::kBFloat16; }
 
 int failures = 0, runs = 0;
 

@@ -7,6 +7,8 @@
 // Build and run: tests/emulation/run stem [asan]; tests/test_kernel_emulation.py runs it.
 #include STEM_FILTER_EMU_INC
 
+#include "element_values.h"
+
 #include "conv_ref.h"
 
 #include <cmath>
@@ -25,13 +27,6 @@ struct Case {
   int64_t groups = 1;
   bool expect = true;
 };
-
-template <typename T> float to_f(T v);
-template <> float to_f<__half>(__half v) { return __half2float(v); }
-template <> float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> DirectDType dtype_of();
-template <> DirectDType dtype_of<__half>() { return DirectDType::kHalf; }
-template <> DirectDType dtype_of<__nv_bfloat16>() { return DirectDType::kBFloat16; }
 
 int failures = 0, runs = 0;
 

@@ -3,7 +3,8 @@
 # (depthwise_sweep.cuh, every part) is appended, or only its declarations (no variant
 # compiled) when a fourth argument says "declarations". Every rewrite must match as
 # counted, so a kernel change the emulation would silently miss fails here.
-import re, sys
+import sys
+from rewrite import Rewrite
 kernels = open('csrc/kernels/depthwise_kernels.cuh').read().replace('#pragma once', '')
 choices = open('csrc/kernels/depthwise_choices.cuh').read().replace('#pragma once', '')
 choices = choices.replace('#include "kernels/depthwise_kernels.cuh"', kernels)
@@ -14,16 +15,10 @@ if len(sys.argv) > 3:
     sweep = sweep.replace('#include "kernels/depthwise_choices.cuh"', '')
     declarations = '#define DW_SWEEP_DECLARATIONS_ONLY 1\n' if sys.argv[4:] == ['declarations'] else ''
     src += '\n#define TORCH_CUDNN_ALGO_DW_SWEEP 1\n#define DW_SWEEP_PART -1\n' + declarations + sweep
-def sub(pattern, repl, count):
-    global src
-    new, n = re.subn(pattern, repl, src)
-    if n != count:
-        sys.exit(f"transform: {pattern!r} matched {n} times, expected {count}")
-    src = new
+rewrite = Rewrite(src)
+sub = rewrite.sub
 sub(r'extern __shared__ __align__\(16\) float (\w+)\[\];', r'float* \1 = reinterpret_cast<float*>(emu_shared());', 2)
 sub(r'kernel<<<grid, block, shared, stream>>>\(args\.\.\.\);', 'emu_launch(kernel, grid, block, shared, stream, args...);', 1)
 # Each kernel notes its instantiation (which paths the cases reached).
 sub(r'(__global__ void __launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*dw_\w+\([^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);', 3)
-if '<<<' in src or 'asm' in src:
-    sys.exit("transform: CUDA-only syntax left")
-open(sys.argv[2], 'w').write(src)
+rewrite.write(sys.argv[2], forbidden=('<<<', 'asm'))

@@ -1,14 +1,9 @@
-# Rewrites csrc/kernels/grouped_mma.cu for the host emulation: every rewrite
-# must match exactly once (or as counted), so a change in the kernel file that
-# the emulation would silently miss fails here instead.
-import re, sys
-src = open(sys.argv[1]).read()
-def sub(pattern, repl, count, flags=0):
-    global src
-    new, n = re.subn(pattern, repl, src, flags=flags)
-    if n != count:
-        sys.exit(f"transform: {pattern!r} matched {n} times, expected {count}")
-    src = new
+# Rewrites csrc/kernels/grouped_mma.cu for the host emulation (rewrite.py: each
+# rewrite matches as counted).
+import sys
+from rewrite import Rewrite
+rewrite = Rewrite(open(sys.argv[1]).read())
+sub = rewrite.sub
 sub(r'extern __shared__ __align__\(128\) unsigned char shared_bytes\[\];', 'unsigned char* shared_bytes = emu_shared();', 1)
 sub(r'#if defined\(__CUDA_ARCH__\) && __CUDA_ARCH__ >= 800', '#if 1', 6)
 # The bf16 fragment loads (PTX with .shared) become wmma's generic load.
@@ -19,8 +14,4 @@ sub(r'const unsigned to = static_cast<unsigned>\(__cvta_generic_to_shared\(share
 sub(r'asm volatile\("cp\.async\.commit_group;\\n" ::: "memory"\);', 'emu_commit();', 1)
 sub(r'asm volatile\("cp\.async\.wait_group %0;\\n" ::"n"\(Pending\) : "memory"\);', 'emu_wait(Pending);', 1)
 sub(r'kernel<<<grid, kThreads, plan\.shared_bytes, c\.stream>>>\(', 'emu_launch(kernel, grid, kThreads, plan.shared_bytes, c.stream, ', 1)
-if 'asm' in src.replace('// ', ''):
-    pass
-if '<<<' in src or 'asm volatile' in src:
-    sys.exit("transform: CUDA-only syntax left")
-open(sys.argv[2], 'w').write(src)
+rewrite.write(sys.argv[2])
