@@ -6,6 +6,7 @@ candidate (legacy algorithms and engine configurations), stock's own choice and 
 timed on the same operands (median CUDA-event time) and checked against float64.
 
     python benchmarks/kernels.py [--only SUBSTRING] [--reps 20] [--out benchmarks/results]
+    python benchmarks/kernels.py --render benchmarks/results/kernels-<gpu>-<date>.json   (no GPU)
 
 Writes ``<out>/kernels-<gpu>-<date>.json`` and ``.md``. *cuDNN best* is the fastest candidate of
 cuDNN's list within the accuracy rule the tuner applies (``tolerance_for``); *ours/best* above 1
@@ -15,13 +16,14 @@ means our kernel is faster; *bound* is the roofline bound (``roofline.conv_bound
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 from . import results
 from .internal import tuner_tolerance
-from .roofline import conv_bound
+from .roofline import Peaks, conv_bound, peaks_of
 from .stats import num
 
 # The convolutions of the spike: where each comes from, and its ConvSpec string (the direction
@@ -47,7 +49,7 @@ DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 OURS = "tca.direct"
 
 
-def measure_layer(spec_text: str, reps: int) -> dict:
+def measure_layer(spec_text: str, reps: int, peaks: Peaks | None) -> dict:
     import torch_cudnn_algo as tca
 
     table = tca.profile(spec_text, energy=False, reps=reps, warmup=3)
@@ -57,7 +59,6 @@ def measure_layer(spec_text: str, reps: int) -> dict:
     best = min(cudnn, key=lambda row: row.time_ms) if cudnn else None
     ours = table.row(OURS)
     stock = table.stock
-    bound = conv_bound(table.convolution)
     record = {
         "convolution": table.convolution,
         "candidates_timed": len(cudnn),
@@ -66,16 +67,30 @@ def measure_layer(spec_text: str, reps: int) -> dict:
         "stock_ms": None if stock is None else stock.time_ms,
         "ours": {"status": ours.status, "time_ms": ours.time_ms, "max_rel_error": ours.max_rel_error,
                  "workspace": ours.workspace},
-        "bound_ms": bound.bound_ms,
-        "memory_bound": bound.memory_bound,
         "tolerance": tolerance,
         "profile_seconds": table.environment.get("profile_seconds"),
     }
-    if ours.time_ms:
-        record["ours"]["tb_per_s"] = bound.tb_per_s(ours.time_ms)
-        record["ours"]["percent_of_peak_bandwidth"] = 100 * bound.tb_per_s(ours.time_ms) / 3.35
+    return with_bound(record, peaks)
+
+
+def with_bound(record: dict, peaks: Peaks | None) -> dict:
+    """The record with its roofline bound on the GPU of ``peaks``, and what its times achieve
+    against it; left as it is without peaks (a GPU without figures) or without a convolution
+    description (a layer that failed to measure)."""
+    if peaks is None:
+        record.update(bound_ms=None, memory_bound=None)
+        return record
+    try:
+        bound = conv_bound(record["convolution"], peaks)
+    except ValueError:
+        return record
+    record.update(bound_ms=bound.bound_ms, memory_bound=bound.memory_bound)
+    ours, best = record["ours"], record["cudnn_best"]
+    if ours["time_ms"]:
+        ours["tb_per_s"] = bound.tb_per_s(ours["time_ms"])
+        ours["percent_of_peak_bandwidth"] = 100 * bound.tb_per_s(ours["time_ms"]) / peaks.tb_per_s
     if best is not None:
-        record["cudnn_best"]["tb_per_s"] = bound.tb_per_s(best.time_ms)
+        best["tb_per_s"] = bound.tb_per_s(best["time_ms"])
     return record
 
 
@@ -88,6 +103,7 @@ def speedup(record: dict) -> float | None:
 
 def render(report: dict) -> str:
     env = report["environment"]
+    peaks = peaks_of(env.get("device"))
     lines = [
         "# Our direct kernels against cuDNN's best, layer by layer",
         "",
@@ -97,10 +113,13 @@ def render(report: dict) -> str:
         "",
         "Median GPU time per call (CUDA events) on the same operands; *cuDNN best* is the fastest of "
         "cuDNN's candidates within the tuner's accuracy rule against float64; *ours/best* > 1 means "
-        "`tca.direct` is faster. *bound* is the roofline bound (H100 peaks); *TB/s* is the bound's "
-        "bytes over our time.",
+        "`tca.direct` is faster. "
+        + (f"*bound* is the roofline bound ({peaks.name} peaks: {peaks.tb_per_s} TB/s, "
+           f"{peaks.tflops['float16']} fp16 TFLOPS); *TB/s* is the bound's bytes over our time."
+           if peaks else "No roofline peaks are known for this GPU: no bound."),
         "",
-        "| layer | direction | stock ms | cuDNN best ms (value) | tca.direct ms | best/ours | bound ms | ours/bound | TB/s (% of 3.35) | max rel err |",
+        f"| layer | direction | stock ms | cuDNN best ms (value) | tca.direct ms | best/ours | bound ms | ours/bound | "
+        f"TB/s (% of {peaks.tb_per_s if peaks else '-'}) | max rel err |",
         "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for record in report["layers"]:
@@ -129,9 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run only layers whose label or spec contains this")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="rewrite a saved result's bounds for its GPU and print its markdown; no GPU")
     args = parser.parse_args(argv)
+    if args.render:
+        report = json.loads(args.render.read_text())
+        peaks = peaks_of(report["environment"].get("device"))
+        report["layers"] = [with_bound(record, peaks) for record in report["layers"]]
+        results.write_json(args.render, report)
+        sys.stdout.write(render(report))
+        return 0
     report = {"environment": results.environment(), "date": results.now_iso()[:10], "reps": args.reps,
               "only": args.only, "layers": []}
+    peaks = peaks_of(report["environment"].get("device"))
     stem = f"kernels-{results.device_slug(report['environment']['device'])}-{report['date']}"
     for label, spec in LAYERS:
         if args.only and args.only not in label and args.only not in spec:
@@ -139,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         for direction in DIRECTIONS:
             started = time.perf_counter()
             try:
-                record = measure_layer(f"{spec} {direction}", args.reps)
+                record = measure_layer(f"{spec} {direction}", args.reps, peaks)
             except Exception as exc:  # one failing layer must not lose the others
                 record = {"convolution": spec, "error": results.error_text(exc), "cudnn_best": None,
                           "ours": {"status": "error", "time_ms": None, "max_rel_error": None},

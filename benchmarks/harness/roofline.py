@@ -1,6 +1,7 @@
-"""The hardware limit of one convolution on an H100: its arithmetic and its least memory traffic,
-against the GPU's peak, from the description the extension gives of a convolution (the ``conv``
-field of ``tuning_log()``, written by ``describe_conv`` in csrc/base/conv_key.cpp).
+"""The hardware limit of one convolution on a GPU (an H100 unless told otherwise): its arithmetic
+and its least memory traffic, against the GPU's peaks, from the description the extension gives of
+a convolution (the ``conv`` field of ``tuning_log()``, written by ``describe_conv`` in
+csrc/base/conv_key.cpp).
 
 The bound is the roofline's: a convolution cannot run faster than its multiply-adds at the
 tensor cores' peak, nor than reading its input and weight and writing its output once at the
@@ -14,9 +15,32 @@ import math
 import re
 from typing import NamedTuple
 
-# H100 SXM5 80GB, dense (no sparsity): NVIDIA's datasheet figures.
-PEAK_TFLOPS = {"float16": 989.4, "bfloat16": 989.4, "tf32": 494.7, "float32": 66.9, "float64": 66.9}
-PEAK_TB_PER_S = 3.35  # HBM3
+class Peaks(NamedTuple):
+    """A GPU's datasheet peaks: dense (no sparsity) TFLOPS per dtype, and memory bandwidth."""
+
+    name: str
+    tflops: dict[str, float]
+    tb_per_s: float
+
+
+# H100 SXM5 80GB (HBM3) and H200 SXM 141GB (HBM3e): the same SMs and clocks, so the same
+# arithmetic peaks; the H200's memory is faster. NVIDIA's datasheet figures.
+_HOPPER_TFLOPS = {"float16": 989.4, "bfloat16": 989.4, "tf32": 494.7, "float32": 66.9, "float64": 66.9}
+H100 = Peaks("H100", _HOPPER_TFLOPS, 3.35)
+H200 = Peaks("H200", _HOPPER_TFLOPS, 4.8)
+PEAK_TFLOPS = H100.tflops
+PEAK_TB_PER_S = H100.tb_per_s
+
+
+def peaks_of(device_name: str | None) -> Peaks | None:
+    """The peaks of the GPU torch names ``device_name`` ("NVIDIA H200", "NVIDIA H100 80GB HBM3");
+    None for a GPU without figures here (no bound, rather than one against another GPU's)."""
+    for peaks in (H200, H100):
+        if device_name and peaks.name in device_name:
+            return peaks
+    return None
+
+
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 _DESCRIPTION = re.compile(
@@ -25,7 +49,7 @@ _DESCRIPTION = re.compile(
 
 
 class ConvBound(NamedTuple):
-    """A convolution's work and its fastest possible time on the H100."""
+    """A convolution's work and its fastest possible time on a GPU."""
 
     flops: float         # 2 x multiply-adds
     bytes: float         # input + weight + output, each once
@@ -44,8 +68,9 @@ def _sizes(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
 
 
-def conv_bound(description: str) -> ConvBound:
-    """The bound of the convolution ``description`` names; ValueError if it is not one."""
+def conv_bound(description: str, peaks: Peaks = H100) -> ConvBound:
+    """The bound of the convolution ``description`` names on the GPU of ``peaks``; ValueError if
+    it is not one."""
     match = _DESCRIPTION.match(description)
     if match is None:
         raise ValueError(f"not a convolution description: {description!r}")
@@ -57,7 +82,7 @@ def conv_bound(description: str) -> ConvBound:
     flops = 2.0 * macs
     size = DTYPE_BYTES[dtype]
     traffic = float(math.prod(x) + math.prod(w) + math.prod(y)) * size
-    peak = PEAK_TFLOPS["tf32" if dtype == "float32" and match["tf32"] == "True" else dtype]
+    peak = peaks.tflops["tf32" if dtype == "float32" and match["tf32"] == "True" else dtype]
     compute_ms = flops / (peak * 1e12) * 1e3
-    memory_ms = traffic / (PEAK_TB_PER_S * 1e12) * 1e3
+    memory_ms = traffic / (peaks.tb_per_s * 1e12) * 1e3
     return ConvBound(flops, traffic, peak, max(compute_ms, memory_ms), memory_ms >= compute_ms)
