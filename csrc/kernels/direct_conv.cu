@@ -440,8 +440,8 @@ FilterLaunch filter_launch(const DirectConvShape& s, DirectDType dtype, int vec,
 }
 
 template <typename T, typename Index>
-cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, const void* a, const void* b,
-                         void* out, void* workspace, int sm_count, cudaStream_t stream) {
+cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bool stem_filter, const void* a,
+                         const void* b, void* out, void* workspace, int sm_count, cudaStream_t stream) {
   constexpr int kVec = vector_width<T>();
   const Geometry<Index> g = geometry_of<Index>(s);
   // 16-byte vectors need 16-byte aligned operands; otherwise one channel at a time.
@@ -453,7 +453,7 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, co
   const T* tb = static_cast<const T*>(b);
   T* to = static_cast<T*>(out);
   if (direction == DirectDirection::kBackwardFilter) {
-    if (stem_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(b) % 16 == 0))
+    if (stem_filter && stem_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(b) % 16 == 0))
       return static_cast<cudaError_t>(launch_stem_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
     using Acc = typename AccOf<T>::type;
     const FilterLaunch l = filter_launch(s, dtype_of<T>(), vec, sm_count);
@@ -545,8 +545,9 @@ size_t workspace_of(const DirectConvShape& s, DirectDType dtype, DirectDirection
 template <typename T>
 cudaError_t launch_indexed(const DirectLaunch& l, const void* a, const void* b, void* out, void* workspace,
                            cudaStream_t stream) {
-  if (l.wide_index) return launch_typed<T, int64_t>(l.shape, l.direction, a, b, out, workspace, l.sm_count, stream);
-  return launch_typed<T, int>(l.shape, l.direction, a, b, out, workspace, l.sm_count, stream);
+  if (l.wide_index)
+    return launch_typed<T, int64_t>(l.shape, l.direction, l.stem_filter, a, b, out, workspace, l.sm_count, stream);
+  return launch_typed<T, int>(l.shape, l.direction, l.stem_filter, a, b, out, workspace, l.sm_count, stream);
 }
 
 }  // namespace
@@ -567,6 +568,9 @@ DirectLaunch prepare_direct_conv(const DirectConvShape& s, DirectDType dtype, Di
   l.refusal = refusal_of(s, dtype, direction);
   if (!l.refusal.empty()) return l;
   l.workspace_bytes = workspace_of(s, dtype, direction, sm_count);
+  // The shape decides here, once; the GPU (current at launch, not necessarily
+  // here: runners are built on worker threads) and dy's alignment at launch.
+  l.stem_filter = stem_filter_fits(s, dtype, direction);
   // Every element index, the partial sums' included, must fit 32 bits for int arithmetic.
   const int64_t partials = static_cast<int64_t>(l.workspace_bytes / (dtype == DirectDType::kDouble ? 8 : 4));
   const int64_t largest = std::max({s.n * s.c * s.h * s.w, s.n * s.k * s.p * s.q,

@@ -54,13 +54,7 @@ void run(const Case& t, int sm_count, bool weight_channels_last) {
     ++failures;
   }
   std::mt19937 rng(7 + t.c + t.h * 3 + t.k * 5 + t.r);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  auto make = [&](int64_t count, std::vector<float>& f) {
-    std::vector<T> v(count);
-    f.resize(count);
-    for (int64_t i = 0; i < count; ++i) { v[i] = T(dist(rng)); f[i] = to_f(v[i]); }
-    return v;
-  };
+  auto make = [&](int64_t count, std::vector<float>& f) { return random_operand<T>(count, rng, f); };
   std::vector<float> xf, dyf;
   const std::vector<T> x = make(s.n * s.h * s.w * s.c, xf);
   const std::vector<T> dy = make(s.n * s.p * s.q * s.k, dyf);
