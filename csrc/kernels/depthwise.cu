@@ -22,7 +22,8 @@
 // filter rows (all taps of them) in registers, and sums x * dy over the strips
 // of a contiguous slice of the (n, p, strip) items; the block adds its
 // threads' sums in shared memory in a fixed order and writes one fp32 partial
-// per slice; dw_finish adds the slices in order (deterministic, no atomics).
+// per slice; sum_slices (slice_sum.cuh) adds the slices in order
+// (deterministic, no atomics).
 //
 // The kernels and their launch plans live in depthwise_kernels.cuh, templated
 // on the choices that decide their speed (strip width, rows per thread, taps in

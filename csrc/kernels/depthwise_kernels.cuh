@@ -8,6 +8,7 @@
 
 #include "kernels/depthwise.h"
 #include "kernels/element_types.h"
+#include "kernels/slice_sum.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -557,18 +558,18 @@ __global__ void __launch_bounds__(FilterTune<TUNE>::kThreads) dw_filter(DwGeom g
   write_partial<T, kTaps, VEC, Tune::kThreads, Tune::kDirect>(g, acc, scratch, out, C, taps, tap0, tile0);
 }
 
-// dweight[c, 0, r, s] = the sum of the slices' partials, in slice order.
+// Writes a filter gradient's total of element e = tap * C + c (the partials'
+// layout) as T at the weight's strides: sum_slices' store.
 template <typename T>
-__global__ void __launch_bounds__(256) dw_finish(DwGeom g, const float* __restrict__ partial, int slices,
-                                                 T* __restrict__ dweight) {
-  const int total = g.r * g.s * g.c;
-  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
-    const int c = e % g.c, tap = e / g.c;
-    float sum = 0.f;
-    for (int slice = 0; slice < slices; ++slice) sum += partial[static_cast<long long>(slice) * total + e];
-    dweight[c * g.ws0 + (tap / g.s) * g.ws2 + (tap % g.s) * g.ws3] = from_acc<T>(sum);
+struct DwWeightStore {
+  T* dweight;
+  int c, s;
+  long long ws0, ws2, ws3;
+  __device__ __forceinline__ void operator()(int64_t e, float total) const {
+    const int ch = static_cast<int>(e % c), tap = static_cast<int>(e / c);
+    dweight[ch * ws0 + (tap / s) * ws2 + (tap % s) * ws3] = from_acc<T>(total);
   }
-}
+};
 
 // ---------------------------------------------------------------- launch plans
 template <typename... Params, typename... Args>
@@ -693,7 +694,7 @@ FilterPick<T> filter_pick(FilterLaunch launch) {
   return {dw_filter<T, KS, SW, TUNE>, KS, TUNE, launch};
 }
 
-// Runs a filter kernel over `slices` slices, then (unless direct) dw_finish;
+// Runs a filter kernel over `slices` slices, then (unless direct) sum_slices;
 // the workspace holds slices * r * s * c floats (none when direct).
 template <typename T>
 cudaError_t launch_filter_pick(const DirectConvShape& s, int64_t slices, const FilterPick<T>& k, const T* x,
@@ -716,10 +717,8 @@ cudaError_t launch_filter_pick(const DirectConvShape& s, int64_t slices, const F
   const cudaError_t launched = launch_kernel(k.kernel, grid, block, shared, stream, g, static_cast<int>(strips),
                                              static_cast<int>(items), static_cast<int>(chunk), x, dy, out);
   if (launched != cudaSuccess || direct) return launched;
-  const int64_t total = s.r * s.s * s.c;
-  const dim3 finish_grid(static_cast<unsigned>(std::min<int64_t>(ceil_div(total, 256), 65535)));
-  return launch_kernel(dw_finish<T>, finish_grid, dim3(256), 0, stream, g, static_cast<const float*>(workspace),
-                       static_cast<int>(slices), dweight);
+  return launch_sum_slices(static_cast<const float*>(workspace), slices, s.r * s.s * s.c,
+                           DwWeightStore<T>{dweight, g.c, g.s, g.ws0, g.ws2, g.ws3}, stream);
 }
 
 }  // namespace

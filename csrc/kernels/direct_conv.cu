@@ -9,8 +9,8 @@
 //   dy the taps whose stride divides (no atomics, no zero fill);
 // - filter: every block sums a slice of the n*p*q reduction for a tile of
 //   weight elements into a per-slice partial;
-// - finish: adds the partials of each weight element in slice order, so the
-//   result is the same on every run (deterministic).
+// - finish (slice_sum.cuh): adds the partials of each weight element in slice
+//   order, so the result is the same on every run (deterministic).
 // Grouped convolutions of 8 to 64 channels a group (fp16/bf16, NHWC) run
 // instead as tensor-core GEMMs where they can: grouped_mma.cu; depthwise
 // convolutions in NHWC (fp16, bf16, fp32) run depthwise.cu's kernels; the
@@ -22,6 +22,7 @@
 #include "kernels/direct_common.h"
 #include "kernels/element_types.h"
 #include "kernels/grouped_mma.h"
+#include "kernels/slice_sum.cuh"
 #include "kernels/stem_filter.h"
 
 #include <cuda_bf16.h>
@@ -326,20 +327,18 @@ __global__ void __launch_bounds__(kThreads) filter_nchw(Geometry<Index> g, const
   write_partials<Acc, 1>(acc, reinterpret_cast<Acc*>(scratch_bytes), partial, g, j0, k, true);
 }
 
+// Writes the total of weight element e = j * k + kk (the partials' layout,
+// j = (ci * r + r_i) * s + s_i) as T at the weight's strides: sum_slices' store.
 template <typename T, typename Index>
-__global__ void __launch_bounds__(kThreads) finish_filter(Geometry<Index> g, const typename AccOf<T>::type* __restrict__ partial,
-                                                          Index slices, T* __restrict__ dweight) {
-  using Acc = typename AccOf<T>::type;
-  const Index total = (g.c / g.groups) * g.r * g.s;
-  for (Index e = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; e < total * g.k;
-       e += static_cast<Index>(gridDim.x) * blockDim.x) {
-    const Index k = e % g.k, j = e / g.k;
-    Acc sum = Acc(0);
-    for (Index slice = 0; slice < slices; ++slice) sum += partial[(slice * total + j) * g.k + k];
+struct DirectWeightStore {
+  Geometry<Index> g;
+  T* dweight;
+  __device__ __forceinline__ void operator()(int64_t e, typename AccOf<T>::type total) const {
+    const Index k = static_cast<Index>(e % g.k), j = static_cast<Index>(e / g.k);
     const Index ci = j / (g.r * g.s), r = (j % (g.r * g.s)) / g.s, s = j % g.s;
-    dweight[k * g.ws0 + ci * g.ws1 + r * g.ws2 + s * g.ws3] = from_acc<T>(sum);
+    dweight[k * g.ws0 + ci * g.ws1 + r * g.ws2 + s * g.ws3] = from_acc<T>(total);
   }
-}
+};
 
 // ---------------------------------------------------------------- launch plans
 template <typename T> constexpr int vector_width() { return 16 / static_cast<int>(sizeof(T)); }
@@ -472,10 +471,8 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bo
     }
     const cudaError_t launched = cudaGetLastError();
     if (launched != cudaSuccess) return launched;
-    const int64_t elements = (s.c / s.groups) * s.r * s.s * s.k;
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((elements + kThreads - 1) / kThreads, 65535));
-    finish_filter<T, Index><<<blocks, kThreads, 0, stream>>>(g, partial, static_cast<Index>(l.slices), to);
-    return cudaGetLastError();
+    return launch_sum_slices<Acc>(partial, l.slices, (s.c / s.groups) * s.r * s.s * s.k,
+                                  DirectWeightStore<T, Index>{g, to}, stream);
   }
   // Groups of 8 to 64 channels are GEMMs: on tensor cores (grouped_mma.cu)
   // where the GPU, dtype and alignment allow, instead of summed on CUDA cores.

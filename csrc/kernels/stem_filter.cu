@@ -12,13 +12,12 @@
 // generic kernels' fp32-sum contract; no TF32). Each warp owns some of the
 // 16x16 tiles of the result and keeps them in registers across all the
 // block's pixel tiles; at the end every block writes its sums as one slice of
-// fp32 partials, and a finish kernel adds the slices of each weight element in
-// a fixed order (8 threads an element, each a strided run of slices, then the
-// 8 sums in turn: the few hundred weight elements of a stem get enough threads
-// to read the partials in a few microseconds). No atomics: deterministic.
+// fp32 partials, and sum_slices (slice_sum.cuh) adds the slices of each weight
+// element in a fixed order. No atomics: deterministic.
 #include "kernels/stem_filter.h"
 
 #include "kernels/device_traits.cuh"
+#include "kernels/slice_sum.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -64,12 +63,7 @@ constexpr size_t kSharedLimit = 48 * 1024;  // no opt-in needed
 // only cost partials and fewer would leave loads without warps to hide them.
 constexpr int kFragmentChoices[] = {1, 2, 4, 6, kMaxFragmentsPerWarp};
 constexpr int kResidentBlocks[] = {6, 4, 3, 3, 3};
-// The finish kernel: kFinishElements weight elements a block, kFinishLanes
-// threads summing each one's slices.
-constexpr int kFinishElements = 32;
-constexpr int kFinishLanes = 8;
-constexpr int kFinishThreads = kFinishElements * kFinishLanes;
-// The partial sums stay below 16 MB: the finish kernel reads them all once.
+// The partial sums stay below 16 MB: the finish (sum_slices) reads them all once.
 constexpr int64_t kMaxPartialFloats = int64_t{4} << 20;
 
 struct StemPlan {
@@ -293,33 +287,19 @@ __global__ void __launch_bounds__(kThreads) stem_filter_nhwc(StemGeometry g, con
 #endif
 }
 
-// dweight[k, ci, r, s] (any strides) = the sum over slices of partial[slice][j][k],
-// j = (ci * r + r_i) * s + s_i. Thread t takes element t % 32 of the block's
-// (consecutive elements: coalesced reads) as lane t / 32, which adds slices
-// lane, lane + 8, ... in order; then lane 0 adds the 8 lane sums in order.
+// Writes the total of element e = j * k + kk (the partials' layout,
+// j = (ci * r + r_i) * s + s_i) as T at the weight's strides: sum_slices' store.
 template <typename T>
-__global__ void __launch_bounds__(kFinishThreads)
-    stem_filter_finish(const float* __restrict__ partial, int64_t slices, int rows, int k, int taps, int filter_w,
-                       int64_t ws0, int64_t ws1, int64_t ws2, int64_t ws3, T* __restrict__ dweight) {
-  extern __shared__ __align__(128) unsigned char shared_bytes[];
-  float* const lane_sums = reinterpret_cast<float*>(shared_bytes);  // [kFinishLanes][kFinishElements]
-  const int element = threadIdx.x % kFinishElements, lane = threadIdx.x / kFinishElements;
-  const int64_t elements = static_cast<int64_t>(rows) * k;
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * kFinishElements + element;
-  float sum = 0.0f;
-  if (e < elements) {
-    for (int64_t slice = lane; slice < slices; slice += kFinishLanes) sum += partial[slice * elements + e];
-  }
-  lane_sums[lane * kFinishElements + element] = sum;
-  __syncthreads();
-  if (lane == 0 && e < elements) {
-    float total = 0.0f;
-    for (int l = 0; l < kFinishLanes; ++l) total += lane_sums[l * kFinishElements + element];
+struct StemWeightStore {
+  T* dweight;
+  int k, taps, filter_w;
+  int64_t ws0, ws1, ws2, ws3;
+  __device__ __forceinline__ void operator()(int64_t e, float total) const {
     const int j = static_cast<int>(e / k), kk = static_cast<int>(e % k);
     const int ci = j / taps, tap = j % taps;
     dweight[kk * ws0 + ci * ws1 + (tap / filter_w) * ws2 + (tap % filter_w) * ws3] = T(total);
   }
-}
+};
 
 StemGeometry geometry_of(const DirectConvShape& s, const StemPlan& plan, int64_t blocks) {
   StemGeometry g;
@@ -365,12 +345,10 @@ cudaError_t launch_typed(const DirectConvShape& shape, const StemPlan& plan, int
       g, static_cast<const T*>(x), static_cast<const T*>(dy), partial);
   const cudaError_t launched = cudaGetLastError();
   if (launched != cudaSuccess) return launched;
-  const int64_t elements = static_cast<int64_t>(plan.rows) * shape.k;
-  const dim3 finish_grid(static_cast<unsigned>((elements + kFinishElements - 1) / kFinishElements));
   const int64_t* ws = shape.weight_strides;
-  stem_filter_finish<T><<<finish_grid, kFinishThreads, kFinishThreads * sizeof(float), stream>>>(
-      partial, blocks, plan.rows, g.k, g.r * g.s, g.s, ws[0], ws[1], ws[2], ws[3], static_cast<T*>(dweight));
-  return cudaGetLastError();
+  return launch_sum_slices(static_cast<const float*>(partial), blocks, static_cast<int64_t>(plan.rows) * shape.k,
+                           StemWeightStore<T>{static_cast<T*>(dweight), g.k, g.r * g.s, g.s, ws[0], ws[1], ws[2], ws[3]},
+                           stream);
 }
 
 }  // namespace

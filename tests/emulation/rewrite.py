@@ -21,3 +21,21 @@ class Rewrite:
             sys.exit("transform: CUDA-only syntax left")
         with open(path, 'w') as out:
             out.write(self.src)
+
+
+def inline_slice_sum(src: str, note: bool = False) -> str:
+    """src with csrc/kernels/slice_sum.cuh (the filter kernels' shared finish) inlined at its
+    include, rewritten for the emulation; with note, the kernel notes its instantiation."""
+    header = Rewrite(open('csrc/kernels/slice_sum.cuh').read().replace('#pragma once', ''))
+    header.sub(r'extern __shared__ __align__\(16\) unsigned char slice_sum_shared\[\];',
+               'unsigned char* slice_sum_shared = emu_shared();', 1)
+    header.sub(r'sum_slices<Acc, Store><<<dim3\(static_cast<unsigned>\(blocks\)\), dim3\(kSliceSumThreads\),\s*'
+               r'kSliceSumThreads \* sizeof\(Acc\), stream>>>\(',
+               'emu_launch(sum_slices<Acc, Store>, dim3(static_cast<unsigned>(blocks)), kSliceSumThreads, '
+               'kSliceSumThreads * sizeof(Acc), stream, ', 1)
+    if note:
+        header.sub(r'(sum_slices\(const Acc\* __restrict__ partial[^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);', 1)
+    include = '#include "kernels/slice_sum.cuh"'
+    if src.count(include) != 1:
+        sys.exit(f"transform: {include} found {src.count(include)} times, expected 1")
+    return src.replace(include, header.src)

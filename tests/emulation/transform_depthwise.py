@@ -4,8 +4,8 @@
 # compiled) when a fourth argument says "declarations". Every rewrite must match as
 # counted, so a kernel change the emulation would silently miss fails here.
 import sys
-from rewrite import Rewrite
-kernels = open('csrc/kernels/depthwise_kernels.cuh').read().replace('#pragma once', '')
+from rewrite import Rewrite, inline_slice_sum
+kernels = inline_slice_sum(open('csrc/kernels/depthwise_kernels.cuh').read().replace('#pragma once', ''), note=True)
 choices = open('csrc/kernels/depthwise_choices.cuh').read().replace('#pragma once', '')
 choices = choices.replace('#include "kernels/depthwise_kernels.cuh"', kernels)
 src = open(sys.argv[1]).read()
@@ -20,5 +20,5 @@ sub = rewrite.sub
 sub(r'extern __shared__ __align__\(16\) float (\w+)\[\];', r'float* \1 = reinterpret_cast<float*>(emu_shared());', 2)
 sub(r'kernel<<<grid, block, shared, stream>>>\(args\.\.\.\);', 'emu_launch(kernel, grid, block, shared, stream, args...);', 1)
 # Each kernel notes its instantiation (which paths the cases reached).
-sub(r'(__global__ void __launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*dw_\w+\([^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);', 3)
+sub(r'(__global__ void __launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*dw_\w+\([^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);', 2)
 rewrite.write(sys.argv[2], forbidden=('<<<', 'asm'))

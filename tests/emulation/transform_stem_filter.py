@@ -1,13 +1,11 @@
 # Rewrites csrc/kernels/stem_filter.cu for the host emulation (rewrite.py: each
 # rewrite matches as counted).
 import sys
-from rewrite import Rewrite
-rewrite = Rewrite(open(sys.argv[1]).read())
+from rewrite import Rewrite, inline_slice_sum
+rewrite = Rewrite(inline_slice_sum(open(sys.argv[1]).read()))
 sub = rewrite.sub
-sub(r'extern __shared__ __align__\(128\) unsigned char shared_bytes\[\];', 'unsigned char* shared_bytes = emu_shared();', 2)
+sub(r'extern __shared__ __align__\(128\) unsigned char shared_bytes\[\];', 'unsigned char* shared_bytes = emu_shared();', 1)
 sub(r'#if defined\(__CUDA_ARCH__\) && __CUDA_ARCH__ >= 800', '#if 1', 1)
 sub(r'kernel<<<static_cast<unsigned>\(blocks\), kThreads, plan\.shared_bytes, stream>>>\(',
     'emu_launch(kernel, dim3(static_cast<unsigned>(blocks)), kThreads, plan.shared_bytes, stream, ', 1)
-sub(r'stem_filter_finish<T><<<finish_grid, kFinishThreads, kFinishThreads \* sizeof\(float\), stream>>>\(',
-    'emu_launch(stem_filter_finish<T>, finish_grid, kFinishThreads, kFinishThreads * sizeof(float), stream, ', 1)
 rewrite.write(sys.argv[2])
