@@ -167,7 +167,9 @@ void add_gather_variants(std::vector<DwVariant>& v) {
 // 16-byte loads for 3x3 in fp16 (vec 8), vec 4 with fewer rows for 5x5 and
 // 7x7; "rows1": a row group per filter row (more blocks, fewer registers);
 // "direct": one slice, the kernel writes dweight (one launch, no partials),
-// small channel tiles for blocks; "previous": the choice before the sweep.
+// small channel tiles for blocks; "previous": the choice before the sweep;
+// "slices/SM N": more slices, now that the finish (slice_sum.cuh) adds them
+// with many threads an element.
 template <typename T, int KS, int SW>
 void add_filter_variants(std::vector<DwVariant>& v) {
   const DirectDirection dir = DirectDirection::kBackwardFilter;
@@ -184,6 +186,8 @@ void add_filter_variants(std::vector<DwVariant>& v) {
   TCA_DW_F("in use tx16", kInUse, 16, kInUseSps, 0);
   TCA_DW_F("in use slices/SM 2", kInUse, kInUseTx, 2, 0);
   TCA_DW_F("in use slices/SM 6", kInUse, kInUseTx, 6, 0);
+  TCA_DW_F("in use slices/SM 12", kInUse, kInUseTx, 12, 0);
+  TCA_DW_F("in use slices/SM 24", kInUse, kInUseTx, 24, 0);
   TCA_DW_F("previous", kDefault, 32, 3, 1);
   TCA_DW_F("slices/SM 1", kDefault, 32, 1, 0);
   TCA_DW_F("slices/SM 6", kDefault, 32, 6, 0);
