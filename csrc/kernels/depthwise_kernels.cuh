@@ -79,21 +79,28 @@ struct GatherLaunch {
 //   RG:     filter rows a thread holds (all taps of them; blockIdx.z picks the group)
 //   STRIP:  output columns an item covers
 //   DIRECT: one slice, the block writes dweight itself (no partials, no finish launch)
+//   OUT_ROWS: output rows an item covers (above 1: every filter row in the
+//             thread, RG == KS, and each input row is loaded once for all of
+//             them instead of once per output row; stride_h == SW, dilation 1)
 // Packed like the gather's: filter_tune() packs, FilterTune<code> reads.
-constexpr int filter_tune(int vec, int rows, int strip = 4, int threads = 256, bool direct = false) {
-  return vec | rows << 4 | (strip == 4 ? 0 : strip) << 8 | (threads == 256 ? 0 : threads / 32) << 12 | direct << 17;
+constexpr int filter_tune(int vec, int rows, int strip = 4, int threads = 256, bool direct = false,
+                          int out_rows = 1) {
+  return vec | rows << 4 | (strip == 4 ? 0 : strip) << 8 | (threads == 256 ? 0 : threads / 32) << 12 | direct << 17 |
+         (out_rows == 1 ? 0 : out_rows) << 18;
 }
 constexpr int filter_vec_of(int code) { return code & 15; }
 constexpr int filter_rows_of(int code) { return code >> 4 & 15; }
 constexpr int filter_strip(int code) { return code >> 8 & 15 ? code >> 8 & 15 : 4; }
 constexpr int filter_threads(int code) { return code >> 12 & 31 ? (code >> 12 & 31) * 32 : 256; }
 constexpr bool filter_direct(int code) { return code >> 17 & 1; }
+constexpr int filter_out_rows(int code) { return code >> 18 & 7 ? code >> 18 & 7 : 1; }
 template <int CODE>
 struct FilterTune {
   static constexpr int kVec = filter_vec_of(CODE), kRowGroup = filter_rows_of(CODE), kStrip = filter_strip(CODE);
   static constexpr int kThreads = filter_threads(CODE);
   static constexpr bool kDirect = filter_direct(CODE);
-  static_assert(CODE == filter_tune(kVec, kRowGroup, kStrip, kThreads, kDirect), "filter tune");
+  static constexpr int kOutRows = filter_out_rows(CODE);
+  static_assert(CODE == filter_tune(kVec, kRowGroup, kStrip, kThreads, kDirect, kOutRows), "filter tune");
 };
 // Launch-time choices of the backward filter: channel vectors across a block at
 // most; slices per SM wanted (over channel tiles and row groups).
@@ -480,7 +487,8 @@ __global__ void __launch_bounds__(FilterTune<TUNE>::kThreads) dw_filter(DwGeom g
                                                                         int chunk, const T* __restrict__ x,
                                                                         const T* __restrict__ dy, void* __restrict__ out) {
   using Tune = FilterTune<TUNE>;
-  constexpr int VEC = Tune::kVec, RG = Tune::kRowGroup, kStrip = Tune::kStrip;
+  constexpr int VEC = Tune::kVec, RG = Tune::kRowGroup, kStrip = Tune::kStrip, OR = Tune::kOutRows;
+  static_assert(OR == 1 || (KS > 0 && RG == KS), "several output rows an item need every filter row");
   extern __shared__ __align__(16) float scratch[];
   constexpr int kTaps = KS > 0 ? RG * KS : kGenericTaps;
   const int C = g.c, taps = g.r * g.s;
@@ -495,7 +503,53 @@ __global__ void __launch_bounds__(FilterTune<TUNE>::kThreads) dw_filter(DwGeom g
   const long long x_row = static_cast<long long>(g.w) * C, dy_row = static_cast<long long>(g.q) * C;
   const int start = blockIdx.x * chunk, end = std::min(items, start + chunk);
   if (c0 < C) {
-    if constexpr (KS > 0) {
+    if constexpr (OR > 1) {
+      // Items are (n, group of OR output rows, strip); input row sy0 + i feeds
+      // output row p0 + k through filter row i - k * SW (stride_h == SW,
+      // dilation 1: the launch checks), known once the loops are unrolled.
+      using W = Window<false, KS, SW, kStrip>;
+      const int groups_p = (g.p + OR - 1) / OR;
+      for (int item = start + threadIdx.y; item < end; item += blockDim.y) {
+        const int strip = item % strips_per_row, row = item / strips_per_row;
+        const int p0 = (row % groups_p) * OR, n = row / groups_p;
+        const int q0 = strip * kStrip;
+        float gd[OR][kStrip][VEC];
+#pragma unroll
+        for (int k = 0; k < OR; ++k) {
+          const bool live = p0 + k < g.p;
+          const T* grad = dy + (static_cast<long long>(n) * g.p + (live ? p0 + k : 0)) * dy_row + c0;
+#pragma unroll
+          for (int j = 0; j < kStrip; ++j) load_f<T, VEC>(grad + (q0 + j) * C, live && q0 + j < g.q, gd[k][j]);
+        }
+        const int base = q0 * SW - g.pw;
+        const int sy0 = p0 * SW - g.ph;
+        const T* image = x + static_cast<long long>(n) * g.h * x_row + c0;
+#pragma unroll
+        for (int i = 0; i < (OR - 1) * SW + KS; ++i) {
+          const int sy = sy0 + i;
+          if (sy < 0 || sy >= g.h) continue;
+          const T* at = image + sy * x_row;
+#pragma unroll
+          for (int o = W::lo(); o <= W::hi(); ++o) {
+            const int col = base + o;
+            float f[VEC];
+            load_f<T, VEC>(at + col * C, col >= 0 && col < g.w, f);
+#pragma unroll
+            for (int k = 0; k < OR; ++k) {
+              const int r = i - k * SW;
+              if (r < 0 || r >= KS) continue;
+#pragma unroll
+              for (int j = 0; j < kStrip; ++j)
+#pragma unroll
+                for (int s = 0; s < KS; ++s)
+                  if (W::offset(j, s) == o)
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[r * KS + s][v] += f[v] * gd[k][j][v];
+            }
+          }
+        }
+      }
+    } else if constexpr (KS > 0) {
       using W = Window<false, KS, SW, kStrip>;
       const int r0 = blockIdx.z * RG;
       for (int item = start + threadIdx.y; item < end; item += blockDim.y) {
@@ -669,6 +723,12 @@ cudaError_t launch_gather_pick(const DirectConvShape& s, bool backward, int sm_c
                        src, weight, dst);
 }
 
+// The filter kernel's items: (n, output row, strip) with a compile-time window
+// (output rows in groups of OUT_ROWS), (n, output row, column) otherwise.
+inline int64_t filter_items(const DirectConvShape& s, int ks, int tune) {
+  return ks ? s.n * ceil_div(s.p, filter_out_rows(tune)) * ceil_div(s.q, filter_strip(tune)) : s.n * s.p * s.q;
+}
+
 // Backward-filter slices of a configuration: about slices_per_sm blocks per SM
 // over the channel tiles and row groups, each thread still summing a few
 // items; 1 for a DIRECT one.
@@ -677,7 +737,7 @@ inline int64_t filter_slices_of(const DirectConvShape& s, int sm_count, int ks, 
   const int vec = filter_vec_of(tune);
   const ChannelBlock b = channel_block(s.c, vec, opt.max_tx, filter_threads(tune));
   const int64_t groups = ks ? ceil_div(s.r, filter_rows_of(tune)) : ceil_div(s.r * s.s, kGenericTaps);
-  const int64_t items = ks ? s.n * s.p * ceil_div(s.q, filter_strip(tune)) : s.n * s.p * s.q;
+  const int64_t items = filter_items(s, ks, tune);
   const int64_t wanted = ceil_div(int64_t{opt.slices_per_sm} * std::max(1, sm_count), int64_t{b.tiles} * groups);
   const int64_t most = std::max<int64_t>(1, items / (int64_t{b.ty} * 2));
   return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 65535}));
@@ -686,12 +746,12 @@ inline int64_t filter_slices_of(const DirectConvShape& s, int sm_count, int ks, 
 template <typename T>
 struct FilterPick {
   FilterKernel<T> kernel;
-  int ks, tune;
+  int ks, sw, tune;
   FilterLaunch launch;
 };
 template <typename T, int KS, int SW, int TUNE>
 FilterPick<T> filter_pick(FilterLaunch launch) {
-  return {dw_filter<T, KS, SW, TUNE>, KS, TUNE, launch};
+  return {dw_filter<T, KS, SW, TUNE>, KS, SW, TUNE, launch};
 }
 
 // Runs a filter kernel over `slices` slices, then (unless direct) sum_slices;
@@ -702,11 +762,13 @@ cudaError_t launch_filter_pick(const DirectConvShape& s, int64_t slices, const F
   const int vec = filter_vec_of(k.tune), rows = filter_rows_of(k.tune), threads = filter_threads(k.tune);
   const bool direct = filter_direct(k.tune);
   const DwGeom g = geom_of(s);
+  if (filter_out_rows(k.tune) > 1 && (s.stride_h != k.sw || s.dilation_h != 1 || s.r != k.ks))
+    return cudaErrorInvalidValue;
   if (direct) slices = 1;
   const ChannelBlock b = channel_block(s.c, vec, k.launch.max_tx, threads);
   const int64_t groups = k.ks ? ceil_div(s.r, rows) : ceil_div(s.r * s.s, kGenericTaps);
   const int64_t strips = k.ks ? ceil_div(s.q, filter_strip(k.tune)) : s.q;
-  const int64_t items = s.n * s.p * strips;
+  const int64_t items = filter_items(s, k.ks, k.tune);
   const int64_t chunk = ceil_div(items, slices);
   const int taps_per_thread = k.ks ? rows * k.ks : kGenericTaps;
   const int round = std::min<int>(taps_per_thread, static_cast<int>(kSharedBudget / (threads * vec * sizeof(float))));

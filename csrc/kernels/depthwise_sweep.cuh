@@ -99,6 +99,7 @@ int sweep_filter(const DirectConvShape& s, int sm_count, const void* a, const vo
   const T* dy = static_cast<const T*>(b);
   constexpr int kVec = filter_vec_of(TUNE);
   if (window_width(s) != KS || s.stride_w != SW || vector_for(s.c, kVec, sizeof(T), {x, dy}) != kVec) return -1;
+  if (filter_out_rows(TUNE) > 1 && (s.stride_h != SW || s.dilation_h != 1 || s.r != KS)) return -1;
   const FilterLaunch opt{MAX_TX, SLICES_PER_SM};
   const int64_t slices = filter_slices_of(s, sm_count, KS, TUNE, opt);
   return static_cast<int>(launch_filter_pick<T>(s, slices, filter_pick<T, KS, SW, TUNE>(opt), x, dy,
@@ -169,7 +170,9 @@ void add_gather_variants(std::vector<DwVariant>& v) {
 // "direct": one slice, the kernel writes dweight (one launch, no partials),
 // small channel tiles for blocks; "previous": the choice before the sweep;
 // "slices/SM N": more slices, now that the finish (slice_sum.cuh) adds them
-// with many threads an element.
+// with many threads an element; "outN": N output rows an item, every filter
+// row in the thread, so each input row is loaded once for all N (3x3 at stride
+// 1: 4 instead of 5.5 loads an output pixel for N = 2).
 template <typename T, int KS, int SW>
 void add_filter_variants(std::vector<DwVariant>& v) {
   const DirectDirection dir = DirectDirection::kBackwardFilter;
@@ -203,6 +206,12 @@ void add_filter_variants(std::vector<DwVariant>& v) {
   TCA_DW_F("direct wide rows1 tx8", filter_tune(kWideVec, 1, 4, 256, true), 8, 0, 1);
   if constexpr (KS == 7) TCA_DW_F("rows7 (x read once)", filter_tune(kVec, 7), 32, 3, 1);
   TCA_DW_F("wide rows1", filter_tune(kWideVec, 1), 32, 3, 1);
+  if constexpr (KS <= 5) {
+    TCA_DW_F("out2", filter_tune(kVec, KS, 4, 256, false, 2), 32, 3, 1);
+    TCA_DW_F("out2 slices/SM 6", filter_tune(kVec, KS, 4, 256, false, 2), 32, 6, 0);
+    TCA_DW_F("out2 T128 tx16", filter_tune(kVec, KS, 4, 128, false, 2), 16, 3, 1);
+    TCA_DW_F("out4", filter_tune(kVec, KS, 4, 256, false, 4), 32, 3, 1);
+  }
   TCA_DW_F("wide T128 tx16", filter_tune(kWideVec, kWideRows, 4, 128), 16, 3, 1);
 #undef TCA_DW_F
 }
