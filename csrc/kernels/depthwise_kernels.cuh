@@ -477,6 +477,29 @@ __device__ __forceinline__ void write_partial(const DwGeom& g, const float (&acc
   }
 }
 
+// The strip's dy: STRIP columns from q0 of one output row (zeros past q or where !live).
+template <typename T, int VEC, int STRIP>
+__device__ __forceinline__ void load_dy_strip(const T* grad, int q0, int q, int C, bool live, float (&gd)[STRIP][VEC]) {
+#pragma unroll
+  for (int j = 0; j < STRIP; ++j) load_f<T, VEC>(grad + (q0 + j) * C, live && q0 + j < q, gd[j]);
+}
+
+// Adds input column o of the strip's forward window (f: its channels) into
+// filter row r's taps: acc[r * KS + s] += f * gd[j] wherever column j reads
+// it through tap s. o and r are compile-time once the callers' loops unroll.
+template <int KS, int SW, int STRIP, int VEC, int TAPS>
+__device__ __forceinline__ void add_window_column(const float (&f)[VEC], int o, const float (&gd)[STRIP][VEC], int r,
+                                                  float (&acc)[TAPS][VEC]) {
+  using W = Window<false, KS, SW, STRIP>;
+#pragma unroll
+  for (int j = 0; j < STRIP; ++j)
+#pragma unroll
+    for (int s = 0; s < KS; ++s)
+      if (W::offset(j, s) == o)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[r * KS + s][v] += f[v] * gd[j][v];
+}
+
 // Block: blockDim.x channel vectors (tile blockIdx.y) x blockDim.y lanes over
 // the items [blockIdx.x * chunk, +chunk); blockIdx.z picks the taps: filter
 // rows [z*RG, z*RG + RG) (KS > 0: items are (n, p, strip), the compile-time
@@ -517,9 +540,8 @@ __global__ void __launch_bounds__(FilterTune<TUNE>::kThreads) dw_filter(DwGeom g
 #pragma unroll
         for (int k = 0; k < OR; ++k) {
           const bool live = p0 + k < g.p;
-          const T* grad = dy + (static_cast<long long>(n) * g.p + (live ? p0 + k : 0)) * dy_row + c0;
-#pragma unroll
-          for (int j = 0; j < kStrip; ++j) load_f<T, VEC>(grad + (q0 + j) * C, live && q0 + j < g.q, gd[k][j]);
+          load_dy_strip<T, VEC>(dy + (static_cast<long long>(n) * g.p + (live ? p0 + k : 0)) * dy_row + c0, q0, g.q, C,
+                                live, gd[k]);
         }
         const int base = q0 * SW - g.pw;
         const int sy0 = p0 * SW - g.ph;
@@ -535,17 +557,8 @@ __global__ void __launch_bounds__(FilterTune<TUNE>::kThreads) dw_filter(DwGeom g
             float f[VEC];
             load_f<T, VEC>(at + col * C, col >= 0 && col < g.w, f);
 #pragma unroll
-            for (int k = 0; k < OR; ++k) {
-              const int r = i - k * SW;
-              if (r < 0 || r >= KS) continue;
-#pragma unroll
-              for (int j = 0; j < kStrip; ++j)
-#pragma unroll
-                for (int s = 0; s < KS; ++s)
-                  if (W::offset(j, s) == o)
-#pragma unroll
-                    for (int v = 0; v < VEC; ++v) acc[r * KS + s][v] += f[v] * gd[k][j][v];
-            }
+            for (int k = 0; k < OR; ++k)
+              if (i - k * SW >= 0 && i - k * SW < KS) add_window_column<KS, SW>(f, o, gd[k], i - k * SW, acc);
           }
         }
       }
@@ -556,10 +569,8 @@ __global__ void __launch_bounds__(FilterTune<TUNE>::kThreads) dw_filter(DwGeom g
         const int strip = item % strips_per_row, row = item / strips_per_row;
         const int p = row % g.p, n = row / g.p;
         const int q0 = strip * kStrip;
-        const T* grad = dy + (static_cast<long long>(n) * g.p + p) * dy_row + c0;
         float gd[kStrip][VEC];
-#pragma unroll
-        for (int j = 0; j < kStrip; ++j) load_f<T, VEC>(grad + (q0 + j) * C, q0 + j < g.q, gd[j]);
+        load_dy_strip<T, VEC>(dy + (static_cast<long long>(n) * g.p + p) * dy_row + c0, q0, g.q, C, true, gd);
         const int base = q0 * SW - g.pw;
         const int sy0 = p * g.sh - g.ph + r0 * g.dh;
         const T* image = x + static_cast<long long>(n) * g.h * x_row + c0;
@@ -573,13 +584,7 @@ __global__ void __launch_bounds__(FilterTune<TUNE>::kThreads) dw_filter(DwGeom g
             const int col = base + o;
             float f[VEC];
             load_f<T, VEC>(at + col * C, col >= 0 && col < g.w, f);
-#pragma unroll
-            for (int j = 0; j < kStrip; ++j)
-#pragma unroll
-              for (int s = 0; s < KS; ++s)
-                if (W::offset(j, s) == o)
-#pragma unroll
-                  for (int v = 0; v < VEC; ++v) acc[i * KS + s][v] += f[v] * gd[j][v];
+            add_window_column<KS, SW>(f, o, gd, i, acc);
           }
         }
       }

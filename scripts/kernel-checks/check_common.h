@@ -1,5 +1,5 @@
 // What the kernels' check programs (depthwise_check.cu, grouped_mma_check.cu)
-// share: the CUDA error check, the element types' host conversions and names,
+// and the host emulation's mains (tests/emulation: grouped, stem) share: the CUDA error check, the element types' host conversions and names,
 // and random operands rounded to the element type (their float values kept
 // for the float64 references).
 #pragma once

@@ -4,7 +4,7 @@
 // Build and run: tests/emulation/run grouped [thorough] [asan]; tests/test_kernel_emulation.py runs it.
 #include GROUPED_MMA_EMU_INC
 
-#include "element_values.h"
+#include "check_common.h"
 
 #include "grouped_ref.h"
 
@@ -38,7 +38,7 @@ void run(const Case& t, bool backward, bool wide, int sm_count, bool early) {
   }
   if (!applies) return;
   std::mt19937 rng(99 + t.c + t.h * 3 + t.k * 5 + t.r);
-  auto make = [&](int64_t count, std::vector<float>& f) { return random_operand<T>(count, rng, f); };
+  auto make = [&](int64_t count, std::vector<float>& f) { return rounded_random<T>(count, rng, f); };
   std::vector<float> xf, dyf, wf;
   const std::vector<T> x = make(s.n * s.h * s.w * s.c, xf);
   const std::vector<T> dy = make(s.n * s.p * s.q * s.k, dyf);
@@ -62,7 +62,7 @@ void run(const Case& t, bool backward, bool wide, int sm_count, bool early) {
   int64_t bad = 0;
   double worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    const double o = to_f(out[guard + i]);
+    const double o = to_float(out[guard + i]);
     const double tol = eps * std::fabs(ref[i]) + 1e-5 * ref_abs[i] + 1e-6;
     const double err = std::fabs(o - ref[i]);
     if (!(err <= tol)) {

@@ -7,7 +7,7 @@
 // Build and run: tests/emulation/run stem [asan]; tests/test_kernel_emulation.py runs it.
 #include STEM_FILTER_EMU_INC
 
-#include "element_values.h"
+#include "check_common.h"
 
 #include "conv_ref.h"
 
@@ -54,7 +54,7 @@ void run(const Case& t, int sm_count, bool weight_channels_last) {
     ++failures;
   }
   std::mt19937 rng(7 + t.c + t.h * 3 + t.k * 5 + t.r);
-  auto make = [&](int64_t count, std::vector<float>& f) { return random_operand<T>(count, rng, f); };
+  auto make = [&](int64_t count, std::vector<float>& f) { return rounded_random<T>(count, rng, f); };
   std::vector<float> xf, dyf;
   const std::vector<T> x = make(s.n * s.h * s.w * s.c, xf);
   const std::vector<T> dy = make(s.n * s.p * s.q * s.k, dyf);
@@ -92,7 +92,7 @@ void run(const Case& t, int sm_count, bool weight_channels_last) {
           const int64_t j = (ci * s.r + r) * s.s + ss;
           const int64_t at = k * s.weight_strides[0] + ci * s.weight_strides[1] + r * s.weight_strides[2] +
                              ss * s.weight_strides[3];
-          const double o = to_f(out[guard + at]), want = ref[j * s.k + k];
+          const double o = to_float(out[guard + at]), want = ref[j * s.k + k];
           const double tol = eps * std::fabs(want) + 1e-5 * ref_abs[j * s.k + k] + 1e-6;
           const double err = std::fabs(o - want);
           if (!(err <= tol)) {
