@@ -69,7 +69,10 @@ class FakeGpu:
         if not self.has_power:
             return None
         current = self.current
-        return (current[1] if current is not None else self.idle_w) * 1e3
+        # The GPU draws the call's power for its nominal time and idles through the host's sleep
+        # overshoot, as the counter charges it: the two sources agree however loaded the host is.
+        busy = current is not None and time.perf_counter() - current[0] < current[2]
+        return (current[1] if busy else self.idle_w) * 1e3
 
     def temperature_c(self) -> float | None:
         return self.temperature(time.perf_counter() - self.t0)

@@ -80,11 +80,13 @@ def test_windows_start_and_end_at_counter_updates_and_last_at_least_window_s() -
 
 def test_the_second_source_is_integrated_over_each_window_and_agrees_with_the_counter() -> None:
     gpu = FakeGpu()
-    report = measure(gpu, {"a": gpu.mode(250.0, 0.005)})  # long calls: the host's sleep overshoots little
+    report = measure(gpu, {"a": gpu.mode(250.0, 0.005)})
     assert report.power_source == "fake instant power"
     for window in report["a"].measured:
         assert window.power_samples > 10
-        assert window.counter_vs_power == pytest.approx(1.0, abs=0.1)
+        # Not closer: a window's ends are the host's reads of a counter update, which a loaded host
+        # makes late, while the counter holds the energy at the update itself.
+        assert window.counter_vs_power == pytest.approx(1.0, abs=0.15)
     assert report["a"].counter_vs_power is not None
     assert "counter / integrated fake instant power" in report.summary()
 
