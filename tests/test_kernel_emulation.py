@@ -1,4 +1,4 @@
-"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, stem_filter.cu, depthwise.cu) run on the host
+"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, stem_filter.cu, depthwise.cu, direct_conv.cu) run on the host
 by an emulation of the CUDA runtime (tests/emulation: the kernel file rewritten where CUDA-only
 syntax stands, blocks run in turn, their threads as real threads so barriers are real, shared
 memory filled with NaN), against float64 references: every output element, guard regions around
@@ -55,7 +55,21 @@ def test_depthwise_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
         assert f"{kernel}(" in output, output[-4000:]
 
 
+@needs_cxx
+def test_general_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
+    output = run_emulation("direct", tmp_path)
+    assert "ALL PASS (0 failures" in output, output[-4000:]
+    # Both layouts' gathers and filters ran, vectorised and not, with 32- and 64-bit indices,
+    # every element type, the finish, and the refusals were checked.
+    for kernel in ("gather_nchw(", "gather_nhwc(", "filter_nchw(", "filter_nhwc(", "sum_slices("):
+        assert kernel in output, output[-4000:]
+    for instance in ("int VEC = 8", "int VEC = 1", "Index = int;", "Index = long int;", "T = __half",
+                     "T = __nv_bfloat16", "T = float", "T = double"):
+        assert instance in output, instance
+    assert output.count("ok   refusal:") == 3, output[-4000:]
+
+
 def test_the_runner_names_what_it_runs() -> None:
     done = subprocess.run(["sh", str(RUN), "conv3d"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 2
-    assert "the kernel is grouped, stem or depthwise, got 'conv3d'" in done.stderr
+    assert "the kernel is grouped, stem, depthwise or direct, got 'conv3d'" in done.stderr
