@@ -46,6 +46,7 @@ from .roofline import PEAK_TB_PER_S, ConvBound, conv_bound
 from .step_ceiling import step_ceiling_table
 
 PHASES = ("heuristics", "build", "build_sum", "wait", "operands", "warmup", "timing", "accuracy", "knob_search")
+OWN_KERNEL = "tca.direct"  # our own kernels' configuration name in the tuning log
 COUNTS = ("built", "built_rtc", "listed_rtc", "deferred_rtc")
 
 
@@ -62,6 +63,17 @@ def summarize(log: list[dict]) -> dict:
     summary["non_stock_picks"] = sum(1 for e in log if e["pick"] not in (None, e["stock_config"]))
     summary["pick_ms_sum"] = round(sum((e["pick_ms"] if e["pick"] else e["stock_config_ms"]) or 0 for e in log), 3)
     summary["stock_config_ms_sum"] = round(sum(e["stock_config_ms"] or 0 for e in log), 3)
+    # What the wide search's extras and our own kernels cost the tuning: the extras' builds, and
+    # the kernel's first runs (host ms, module loading included) and its GPU ms per call.
+    extras = [c for _, c in configs if c.get("extra")]
+    summary["extras"] = len(extras)
+    summary["extras_near"] = sum(1 for c in extras if c.get("probe") == "near")
+    summary["extra_build_sum"] = round(sum(c["build_s"] or 0 for c in extras), 3)
+    own = [c for _, c in configs if c["config"] == OWN_KERNEL]
+    summary["own_kernel_runnable"] = sum(1 for c in own if c["runnable"])
+    summary["own_kernel_picks"] = sum(1 for e in log if e["pick"] == OWN_KERNEL)
+    summary["own_kernel_warmup_ms_sum"] = round(sum(c["warmup_ms"] or 0 for c in own), 3)
+    summary["own_kernel_ms_sum"] = round(sum(c["ms"] or 0 for c in own), 3)
     return summary
 
 
@@ -247,7 +259,9 @@ def table(paths: list[str]) -> str:
     """Markdown: one row per network and run of the JSONL files."""
     columns = ["network", "label", "mode", "configurations", "tuning_s", "heuristics", "build", "build_sum", "wait",
                "warmup", "timing", "accuracy", "built", "built_rtc", "deferred_rtc", "stock_config_rtc",
-               "rtc_build_sum", "non_stock_picks", "pick_ms_sum", "stock_config_ms_sum"]
+               "rtc_build_sum", "non_stock_picks", "pick_ms_sum", "stock_config_ms_sum", "extras", "extras_near",
+               "extra_build_sum", "own_kernel_runnable", "own_kernel_picks", "own_kernel_warmup_ms_sum",
+               "own_kernel_ms_sum"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for path in paths:
         for record in read_records(path):

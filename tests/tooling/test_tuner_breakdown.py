@@ -24,7 +24,13 @@ def entry(pick, stock, stock_rtc, build_s, **phases):
                {"config": "eng9_k2=1", "rank": 1, "rtc": False, "build_s": build_s[1], "cached": False,
                 "runnable": True, "warmup_ms": 0.1, "ms": 0.5},
                {"config": "eng16_k3=0", "rank": 2, "rtc": True, "build_s": None, "cached": False,
-                "runnable": False, "warmup_ms": None, "ms": None}]
+                "runnable": False, "warmup_ms": None, "ms": None},
+               {"config": "eng71_k2=3", "rank": 7, "rtc": False, "build_s": 0.04, "cached": False, "extra": True,
+                "probe": "far", "runnable": True, "warmup_ms": 0.2, "ms": 4.0},
+               {"config": "eng70", "rank": 8, "rtc": False, "build_s": 0.03, "cached": False, "extra": True,
+                "probe": "near", "runnable": True, "warmup_ms": 0.2, "ms": 0.6},
+               {"config": "tca.direct", "rank": 9, "rtc": False, "build_s": 0.0, "cached": False,
+                "runnable": True, "warmup_ms": 3.0, "ms": 2.5}]
     return {"pick": pick, "stock_config": stock, "pick_ms": 0.5 if pick else None, "stock_config_ms": 1.0,
             "seconds": 2.0, "built": 2, "built_rtc": int(stock_rtc), "listed_rtc": 1 + stock_rtc,
             "deferred_rtc": 1, "time_s": time_s, "configs": configs}
@@ -44,6 +50,11 @@ def test_summarize_adds_up_phases_counts_and_builds() -> None:
     assert summary["non_stock_picks"] == 1
     # A None pick is stock's own path: its time is stock's configuration's.
     assert summary["pick_ms_sum"] == pytest.approx(1.5) and summary["stock_config_ms_sum"] == 2.0
+    # The wide search's extras and our own kernel, over both entries.
+    assert summary["extras"] == 4 and summary["extras_near"] == 2
+    assert summary["extra_build_sum"] == pytest.approx(0.14)
+    assert summary["own_kernel_runnable"] == 2 and summary["own_kernel_picks"] == 0
+    assert summary["own_kernel_warmup_ms_sum"] == pytest.approx(6.0) and summary["own_kernel_ms_sum"] == 5.0
 
 
 def test_summarize_renders_jsonl_records_as_a_table(tmp_path: Path) -> None:
