@@ -128,8 +128,8 @@ void run(const Case& t, int direction, const Variant& v) {
   std::memset(out.data(), 0xFF, out.size() * sizeof(T));
   T* const first = out.data() + guard + (v.misaligned ? 1 : 0);
   std::vector<unsigned char> workspace(l.workspace_bytes);
-  std::memset(workspace.data(), 0xFF, workspace.size());
-  const int code = tk::launch_direct_conv(l, a.data, b.data, first, l.workspace_bytes ? workspace.data() : nullptr,
+  std::fill(workspace.begin(), workspace.end(), 0xFF);
+  const int code = tk::launch_direct_conv(l, a.data, b.data, first, workspace.empty() ? nullptr : workspace.data(),
                                           nullptr);
   ++runs;
 
