@@ -3,7 +3,7 @@ training step and compile time, on the zoo's networks.
 
     python benchmarks/compiled.py [--networks efficientnet_b0,regnety_016] [--compile-modes default,max-autotune]
                                   [--repeats 5] [--replays 20] [--child-timeout 900] [--out benchmarks/results]
-                                  [--children "max-autotune stock"] [--plan-dir DIR] [--merge]
+                                  [--children "max-autotune stock"] [--plan-dir DIR] [--merge] [--devices 0,1]
     python benchmarks/compiled.py --render FILE.json      # no GPU
 
 Per network, fresh child processes: a ``tune`` child makes the plan (``tune()`` on the eager
@@ -26,7 +26,9 @@ A max-autotune child can compile for longer than one sitting on a GPU allows for
 network: ``--children`` runs some of a network's children, ``--plan-dir`` keeps each network's plan
 (``<dir>/<network>.json``; a plan found there is measured instead of tuning a new one, so children
 of separate runs measure the same plan) and ``--merge`` adds the run's children to the day's file,
-replacing those of the same name, instead of writing it anew.
+replacing those of the same name, instead of writing it anew. On a machine of several GPUs,
+``--devices 0,1`` runs a network's measuring children at once, one a GPU (``CUDA_VISIBLE_DEVICES``),
+the max-autotune ones first: the cross-child ratios above already make GPUs of one machine compare.
 
 Writes ``<out>/compiled-<gpu>-<date>.json`` and ``.md``.
 """
@@ -40,6 +42,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -196,18 +199,60 @@ def run_child(args: Sequence[str], timeout_s: float, env: dict[str, str]) -> dic
     return {"error": f"exit status {done.returncode} without a result line (its stderr is above)"}
 
 
-def child_env(cache_dir: str) -> dict[str, str]:
-    """Stock's environment (nothing pinned, no plan applied at import) with its own Inductor cache."""
-    return child_environment({"TORCHINDUCTOR_CACHE_DIR": cache_dir})
+def child_env(cache_dir: str, device: int | None = None) -> dict[str, str]:
+    """Stock's environment (nothing pinned, no plan applied at import) with its own Inductor cache,
+    and with ``device``, that GPU alone visible."""
+    extra = {"TORCHINDUCTOR_CACHE_DIR": cache_dir}
+    if device is not None:
+        extra["CUDA_VISIBLE_DEVICES"] = str(device)
+    return child_environment(extra)
+
+
+def run_on_devices(names: Sequence[str], run_one: Callable[[str, int | None], None],
+                   devices: Sequence[int] | None) -> None:
+    """``run_one(name, device)`` for every name: one after another on the default GPU, or, given
+    devices, at once, each device taking the next name as it comes free, max-autotune's (the
+    longest) first. An exception in one (the outer timeout's KeyboardInterrupt included) is raised
+    here once the others have ended."""
+    if not devices:
+        for name in names:
+            run_one(name, None)
+        return
+    queue = sorted(names, key=lambda name: not name.startswith("max-autotune"))
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def worker(device: int) -> None:
+        while True:
+            with lock:
+                if not queue or failures:
+                    return
+                name = queue.pop(0)
+            try:
+                run_one(name, device)
+            except BaseException as exc:  # noqa: BLE001 - raised in the calling thread
+                with lock:
+                    failures.append(exc)
+                return
+
+    threads = [threading.Thread(target=worker, args=(device,)) for device in devices]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def measure_network(network: str, compile_modes: Sequence[str], repeats: int, replays: int,
                     timeout_s: float, checkpoint: Callable[[dict], None] = lambda record: None,
-                    only: Sequence[str] | None = None, plan_dir: Path | None = None) -> dict:
-    """The network's children in turn (those named in ``only``, if given); ``checkpoint`` gets the
-    record so far after each one, so a run stopped from outside (max-autotune compiles for
-    minutes) keeps what it measured. With ``plan_dir``, the plan is ``<plan_dir>/<network>.json``:
-    tuned and kept there if missing, else measured as found."""
+                    only: Sequence[str] | None = None, plan_dir: Path | None = None,
+                    devices: Sequence[int] | None = None) -> dict:
+    """The network's children (those named in ``only``, if given), in turn or, given ``devices``,
+    at once one a GPU; ``checkpoint`` gets the record so far after each one, so a run stopped
+    from outside (max-autotune compiles for minutes) keeps what it measured. With ``plan_dir``,
+    the plan is ``<plan_dir>/<network>.json``: tuned and kept there if missing, else measured as
+    found."""
     record: dict[str, object] = {"name": network, "children": {}}
     with tempfile.TemporaryDirectory(prefix="compiled-") as scratch:
         plan_path = plan_dir / f"{network}.json" if plan_dir else Path(scratch) / "plan.json"
@@ -222,19 +267,28 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
             checkpoint(record)
             if "error" in setup:
                 return record
-        for index, child in enumerate(children(compile_modes)):
-            if only is not None and child not in only:
-                continue
-            progress(f"{network}: {child} child")
+        names = [child for child in children(compile_modes) if only is None or child in only]
+        lock = threading.Lock()
+
+        def run_one(child: str, device: int | None) -> None:
+            progress(f"{network}: {child} child" + ("" if device is None else f" on GPU {device}"))
             started = time.perf_counter()
             result = run_child(["--child", "measure", "--network", network, "--plan-path", str(plan_path),
                                 "--which", child, "--repeats", str(repeats), "--replays", str(replays)],
-                               timeout_s, child_env(os.path.join(scratch, f"inductor-{index}")))
+                               timeout_s, child_env(os.path.join(scratch, f"inductor-{names.index(child)}"), device))
             result["child_seconds"] = time.perf_counter() - started
-            record["children"][child] = result
-            checkpoint(record)
+            if device is not None:
+                result["device_index"] = device
+            with lock:
+                record["children"][child] = result
+                checkpoint(record)
             progress(f"{network}: {child}: " + (result["error"] if "error" in result else ", ".join(
                 f"{label} {num(ms, 2)} ms" for label, ms in result["median_ms"].items())))
+
+        try:
+            run_on_devices(names, run_one, devices)
+        finally:  # the children in their usual order, however they ended
+            record["children"] = {child: record["children"][child] for child in names if child in record["children"]}
     return record
 
 
@@ -313,6 +367,11 @@ def render(report: dict) -> str:
             cells = [num(peer / rel[label], 3) if peer and rel.get(label) else "—"
                      for label in ("eager plan", "default plan", "max-autotune plan")]
             lines.append(f"| {record['name']} | " + " | ".join(cells) + " |")
+    placed = {f"{record['name']} {child}": result["device_index"] for record in report["networks"]
+              for child, result in record.get("children", {}).items() if "device_index" in result}
+    if placed:
+        lines += ["", "Children that ran at once, each on its own GPU of the machine (GPU index): " +
+                  ", ".join(f"{name} {index}" for name, index in placed.items()) + "."]
     errors = [f"- {record['name']} {child}: {result['error']}" for record in report["networks"]
               for child, result in (("tune", record.get("setup", {})), *record.get("children", {}).items())
               if "error" in result]
@@ -337,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                         "found there is measured instead of tuning a new one")
     parser.add_argument("--merge", action="store_true", help="add this run's children to the day's file "
                         "instead of writing it anew")
+    parser.add_argument("--devices", help="comma-separated GPU indices: a network's measuring children run at "
+                        "once, one a GPU (each divides by its own eager-stock step, so GPUs of one machine compare)")
     parser.add_argument("--render", type=Path, metavar="JSON", help="print the markdown of a saved result; no GPU")
     parser.add_argument("--child", choices=("tune", "measure"), help=argparse.SUPPRESS)
     parser.add_argument("--network", help=argparse.SUPPRESS)
@@ -367,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
                      f"of these modes {', '.join(children(modes))}")
     if args.merge and args.plan_dir is None:
         parser.error("--merge needs --plan-dir: children merged into one record must have measured one plan")
+    devices = None
+    if args.devices is not None:
+        fields = [field.strip() for field in args.devices.split(",")]
+        if not all(field.isdigit() for field in fields) or len(set(fields)) != len(fields):
+            parser.error(f"--devices takes distinct GPU indices separated by commas, such as 0,1; got {args.devices!r}")
+        devices = [int(field) for field in fields]
     env = environment()
     report = {"device": env.get("device"), "torch": env.get("torch"), "cudnn": env.get("cudnn"), "date": now_iso()[:10],
               "argv": " ".join(argv if argv is not None else sys.argv[1:]), "compile_modes": modes, "networks": []}
@@ -393,6 +460,6 @@ def main(argv: list[str] | None = None) -> int:
     for network in networks:
         done.append(measure_network(network, modes, args.repeats, args.replays, args.child_timeout,
                                     checkpoint=lambda record: save([*done, record]), only=only,
-                                    plan_dir=args.plan_dir))
+                                    plan_dir=args.plan_dir, devices=devices))
     print(save(done), end="")
     return 0

@@ -166,3 +166,85 @@ def test_children_must_be_of_the_modes_given(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         compiled.main(["--compile-modes", "default", "--merge"])
     assert "--merge needs --plan-dir" in capsys.readouterr().err
+
+
+def test_devices_run_a_networks_children_at_once_one_a_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """--devices 0,1: each measuring child sees one GPU; they overlap in time; max-autotune's go
+    first; the record keeps the usual order and says where each ran."""
+    import threading
+    import time
+
+    running, most, lock = [0], [0], threading.Lock()
+    seen: dict[str, str] = {}
+    started: list[str] = []
+
+    def fake_child(argv: list[str], timeout_s: float, env: dict) -> dict:
+        if argv[:2] == ["--child", "tune"]:
+            Path(argv[argv.index("--plan-path") + 1]).write_text("{}")
+            return {"tune_s": 1.0}
+        child = argv[argv.index("--which") + 1]
+        with lock:
+            started.append(child)
+            seen[child] = env["CUDA_VISIBLE_DEVICES"]
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return {"median_ms": {"eager stock": 10.0, **{label: 8.0 for label in compiled.variants_of(child)}},
+                "first_step_s": 100.0}
+
+    monkeypatch.setattr(compiled, "run_child", fake_child)
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
+    compiled.main(["--networks", "resnext50_32x4d", "--compile-modes", "max-autotune", "--devices", "0,1",
+                   "--out", str(tmp_path)])
+    assert most[0] == 2 and sorted(seen.values()) in (["0", "0", "1"], ["0", "1", "1"])
+    assert set(started[:2]) == {"max-autotune stock", "max-autotune plan"} and started[2] == "eager"
+    (saved,) = tmp_path.glob("compiled-*.json")
+    network = json.loads(saved.read_text())["networks"][0]
+    assert list(network["children"]) == ["eager", "max-autotune stock", "max-autotune plan"]
+    assert {child: str(result["device_index"]) for child, result in network["children"].items()} == seen
+    assert "Children that ran at once, each on its own GPU" in saved.with_suffix(".md").read_text()
+
+
+def test_a_failing_child_on_one_device_is_raised_after_the_others_end(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    import threading
+
+    import time
+
+    ended: list[str] = []
+    plan_child_started, stock_child_failing = threading.Event(), threading.Event()
+
+    def fake_child(argv: list[str], timeout_s: float, env: dict) -> dict:
+        if argv[:2] == ["--child", "tune"]:
+            Path(argv[argv.index("--plan-path") + 1]).write_text("{}")
+            return {"tune_s": 1.0}
+        child = argv[argv.index("--which") + 1]
+        if child == "max-autotune stock":
+            assert plan_child_started.wait(5)
+            stock_child_failing.set()
+            raise KeyboardInterrupt
+        plan_child_started.set()
+        if child == "max-autotune plan":  # still running when the other fails
+            assert stock_child_failing.wait(5)
+            time.sleep(0.2)
+        ended.append(child)
+        return {"median_ms": {"eager stock": 10.0, **{label: 8.0 for label in compiled.variants_of(child)}}}
+
+    monkeypatch.setattr(compiled, "run_child", fake_child)
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
+    with pytest.raises(KeyboardInterrupt):
+        compiled.main(["--networks", "resnext50_32x4d", "--compile-modes", "max-autotune", "--devices", "0,1",
+                       "--out", str(tmp_path)])
+    # The child already running on the other device ran to its end; none started after the failure.
+    assert ended == ["max-autotune plan"]
+    (saved,) = tmp_path.glob("compiled-*.json")
+    assert "max-autotune plan" in json.loads(saved.read_text())["networks"][0]["children"]
+
+
+@pytest.mark.parametrize("devices", ["0,0", "a,1", "", "1,-2"])
+def test_devices_must_be_distinct_gpu_indices(devices: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        compiled.main(["--compile-modes", "default", "--devices", devices])
+    assert "--devices takes distinct GPU indices" in capsys.readouterr().err
