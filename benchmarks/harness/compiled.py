@@ -212,8 +212,8 @@ def run_on_devices(names: Sequence[str], run_one: Callable[[str, int | None], No
                    devices: Sequence[int] | None) -> None:
     """``run_one(name, device)`` for every name: one after another on the default GPU, or, given
     devices, at once, each device taking the next name as it comes free, max-autotune's (the
-    longest) first. An exception in one (the outer timeout's KeyboardInterrupt included) is raised
-    here once the others have ended."""
+    longest) first. An exception in one is raised here once the children already running have
+    ended; no child starts after it."""
     if not devices:
         for name in names:
             run_one(name, None)
