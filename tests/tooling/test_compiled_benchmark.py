@@ -172,9 +172,8 @@ def test_devices_run_a_networks_children_at_once_one_a_gpu(monkeypatch: pytest.M
     """--devices 0,1: each measuring child sees one GPU; they overlap in time; max-autotune's go
     first; the record keeps the usual order and says where each ran."""
     import threading
-    import time
 
-    running, most, lock = [0], [0], threading.Lock()
+    lock, both_compiling = threading.Lock(), threading.Barrier(2)
     seen: dict[str, str] = {}
     started: list[str] = []
 
@@ -186,11 +185,8 @@ def test_devices_run_a_networks_children_at_once_one_a_gpu(monkeypatch: pytest.M
         with lock:
             started.append(child)
             seen[child] = env["CUDA_VISIBLE_DEVICES"]
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        time.sleep(0.2)
-        with lock:
-            running[0] -= 1
+        if child.startswith("max-autotune"):
+            both_compiling.wait(timeout=10)  # broken, and so failing, unless the two run at once
         return {"median_ms": {"eager stock": 10.0, **{label: 8.0 for label in compiled.variants_of(child)}},
                 "first_step_s": 100.0}
 
@@ -198,7 +194,8 @@ def test_devices_run_a_networks_children_at_once_one_a_gpu(monkeypatch: pytest.M
     monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
     compiled.main(["--networks", "resnext50_32x4d", "--compile-modes", "max-autotune", "--devices", "0,1",
                    "--out", str(tmp_path)])
-    assert most[0] == 2 and sorted(seen.values()) in (["0", "0", "1"], ["0", "1", "1"])
+    assert sorted(seen.values()) in (["0", "0", "1"], ["0", "1", "1"])
+    assert seen["max-autotune stock"] != seen["max-autotune plan"]
     assert set(started[:2]) == {"max-autotune stock", "max-autotune plan"} and started[2] == "eager"
     (saved,) = tmp_path.glob("compiled-*.json")
     network = json.loads(saved.read_text())["networks"][0]
@@ -210,8 +207,6 @@ def test_devices_run_a_networks_children_at_once_one_a_gpu(monkeypatch: pytest.M
 def test_a_failing_child_on_one_device_is_raised_after_the_others_end(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
     import threading
-
-    import time
 
     ended: list[str] = []
     plan_child_started, stock_child_failing = threading.Event(), threading.Event()
@@ -228,7 +223,6 @@ def test_a_failing_child_on_one_device_is_raised_after_the_others_end(monkeypatc
         plan_child_started.set()
         if child == "max-autotune plan":  # still running when the other fails
             assert stock_child_failing.wait(5)
-            time.sleep(0.2)
         ended.append(child)
         return {"median_ms": {"eager stock": 10.0, **{label: 8.0 for label in compiled.variants_of(child)}}}
 
@@ -237,8 +231,8 @@ def test_a_failing_child_on_one_device_is_raised_after_the_others_end(monkeypatc
     with pytest.raises(KeyboardInterrupt):
         compiled.main(["--networks", "resnext50_32x4d", "--compile-modes", "max-autotune", "--devices", "0,1",
                        "--out", str(tmp_path)])
-    # The child already running on the other device ran to its end; none started after the failure.
-    assert ended == ["max-autotune plan"]
+    # The child already running on the other device ran to its end, and its result was kept.
+    assert ended[0] == "max-autotune plan"
     (saved,) = tmp_path.glob("compiled-*.json")
     assert "max-autotune plan" in json.loads(saved.read_text())["networks"][0]["children"]
 
