@@ -7,7 +7,9 @@
 #include "kernels/direct_conv.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -33,6 +35,43 @@ DirectConvShape geometry_of(const Case& t) {
   s.dilation_h = t.dh; s.dilation_w = t.dw;
   s.channels_last = true;
   return s;
+}
+
+// The strides of a dense weight [k, c / groups, r, s] (shape's k, c, groups, r,
+// s set): in that order, or channels_last ([k, r, s, c / groups] in memory).
+inline void set_weight_strides(DirectConvShape& shape, bool channels_last) {
+  const int64_t cpg = shape.c / shape.groups;
+  int64_t* ws = shape.weight_strides;
+  if (channels_last) {
+    ws[0] = shape.r * shape.s * cpg; ws[1] = 1; ws[2] = shape.s * cpg; ws[3] = cpg;
+  } else {
+    ws[0] = cpg * shape.r * shape.s; ws[1] = shape.r * shape.s; ws[2] = shape.s; ws[3] = 1;
+  }
+}
+
+// How an output compares with its float64 reference: the elements off by more
+// than their tolerance (NaN among them: an element never written keeps its NaN
+// prefill), and the largest error / tolerance among the rest.
+struct Comparison {
+  int64_t bad = 0;
+  double worst = 0;
+};
+
+// got(i) is element i of the output as double, tolerance(i) the error it may
+// have; the first three misses are printed.
+template <typename Got, typename Tolerance>
+Comparison compare_with_reference(const std::vector<double>& ref, Got&& got, Tolerance&& tolerance) {
+  Comparison c;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double value = got(i), tol = tolerance(i), err = std::fabs(value - ref[i]);
+    if (!(err <= tol)) {
+      if (c.bad < 3) std::printf("   at %zu got %g want %g\n", i, value, ref[i]);
+      ++c.bad;
+    } else {
+      c.worst = std::max(c.worst, err / tol);
+    }
+  }
+  return c;
 }
 
 // Calls body(r, ss, ih, iw) for every filter tap of output pixel (p, q) whose

@@ -54,24 +54,17 @@ void for_each_product(const DirectConvShape& s, Body&& body) {
 inline void reference(const DirectConvShape& s, int direction, const std::vector<float>& x,
                       const std::vector<float>& w, const std::vector<float>& dy, std::vector<double>& out,
                       std::vector<double>& out_abs) {
-  if (direction == 0) {
-    out.assign(s.n * s.k * s.p * s.q, 0.0);
+  if (direction != 2) {
+    // Forward: y[n, k, p, q] += x * w. Backward data, the scatter: dx[n, c, ih, iw] += dy * w.
+    // Either way images in parallel write disjoint parts of the output.
+    const bool forward = direction == 0;
+    out.assign(forward ? s.n * s.k * s.p * s.q : s.n * s.c * s.h * s.w, 0.0);
     out_abs.assign(out.size(), 0.0);
     for_each_product(s, [&](int64_t n, int64_t k, int64_t p, int64_t q, int64_t c, int64_t ci, int64_t r,
                             int64_t ss, int64_t ih, int64_t iw) {
-      const double prod = double(x[at(s, s.c, s.h, s.w, n, c, ih, iw)]) * double(w[weight_at(s, k, ci, r, ss)]);
-      const int64_t o = at(s, s.k, s.p, s.q, n, k, p, q);
-      out[o] += prod;
-      out_abs[o] += std::fabs(prod);
-    });
-  } else if (direction == 1) {
-    // Images in parallel write disjoint parts of dx.
-    out.assign(s.n * s.c * s.h * s.w, 0.0);
-    out_abs.assign(out.size(), 0.0);
-    for_each_product(s, [&](int64_t n, int64_t k, int64_t p, int64_t q, int64_t c, int64_t ci, int64_t r,
-                            int64_t ss, int64_t ih, int64_t iw) {
-      const double prod = double(dy[at(s, s.k, s.p, s.q, n, k, p, q)]) * double(w[weight_at(s, k, ci, r, ss)]);
-      const int64_t o = at(s, s.c, s.h, s.w, n, c, ih, iw);
+      const int64_t xo = at(s, s.c, s.h, s.w, n, c, ih, iw), yo = at(s, s.k, s.p, s.q, n, k, p, q);
+      const double prod = double(forward ? x[xo] : dy[yo]) * double(w[weight_at(s, k, ci, r, ss)]);
+      const int64_t o = forward ? yo : xo;
       out[o] += prod;
       out_abs[o] += std::fabs(prod);
     });

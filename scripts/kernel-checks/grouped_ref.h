@@ -24,14 +24,7 @@ DirectConvShape shape_of(const Case& t) {
   DirectConvShape s = convref::geometry_of(t);
   s.k = t.k;
   s.groups = t.groups;
-  const int64_t cpg = t.c / t.groups;
-  if (t.weight_channels_last) {
-    s.weight_strides[0] = t.r * t.s * cpg; s.weight_strides[1] = 1;
-    s.weight_strides[2] = t.s * cpg; s.weight_strides[3] = cpg;
-  } else {
-    s.weight_strides[0] = cpg * t.r * t.s; s.weight_strides[1] = t.r * t.s;
-    s.weight_strides[2] = t.s; s.weight_strides[3] = 1;
-  }
+  convref::set_weight_strides(s, t.weight_channels_last);
   return s;
 }
 

@@ -68,19 +68,9 @@ void run(const Case& t, DirectDirection dir, int sm_count, int misalign) {
                              : launch_depthwise(s, dt<T>(), dir, sm_count, a, b, o, ws_bytes ? ws.data() : nullptr, nullptr);
   ++runs;
   const double eps = dwref::dtype_eps(dt<T>());
-  int64_t bad = 0;
-  double worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double v = to_f(o[i]);
-    const double tol = dwref::element_tolerance(eps, ref[i], ref_abs[i]);
-    const double err = std::fabs(v - ref[i]);
-    if (!(err <= tol)) {
-      if (bad < 3) std::printf("   at %zu got %g want %g\n", i, v, ref[i]);
-      ++bad;
-    } else {
-      worst = std::max(worst, err / tol);
-    }
-  }
+  auto [bad, worst] = convref::compare_with_reference(
+      ref, [&](size_t i) { return static_cast<double>(to_f(o[i])); },
+      [&](size_t i) { return dwref::element_tolerance(eps, ref[i], ref_abs[i]); });
   const unsigned char* bytes = reinterpret_cast<const unsigned char*>(out.data());
   for (size_t i = 0; i < (kGuard + misalign) * sizeof(T); ++i)
     if (bytes[i] != 0xFF) { ++bad; std::printf("   guard before written\n"); break; }

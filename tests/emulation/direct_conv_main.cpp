@@ -71,14 +71,7 @@ DirectConvShape shape_of(const Case& t, const Variant& v) {
   s.k = t.k;
   s.groups = t.groups;
   s.channels_last = v.channels_last;
-  const int64_t cpg = t.c / t.groups;
-  if (v.weight_channels_last) {  // [k, r, s, ci] in memory
-    s.weight_strides[0] = t.r * t.s * cpg; s.weight_strides[1] = 1;
-    s.weight_strides[2] = t.s * cpg; s.weight_strides[3] = cpg;
-  } else {
-    s.weight_strides[0] = cpg * t.r * t.s; s.weight_strides[1] = t.r * t.s;
-    s.weight_strides[2] = t.s; s.weight_strides[3] = 1;
-  }
+  convref::set_weight_strides(s, v.weight_channels_last);
   return s;
 }
 
@@ -137,19 +130,9 @@ void run(const Case& t, int direction, const Variant& v) {
   if (std::is_same_v<T, __half>) eps = std::ldexp(1.0, -10), spread = 1e-5, floor = 1e-6;
   if (std::is_same_v<T, __nv_bfloat16>) eps = std::ldexp(1.0, -7), spread = 1e-5, floor = 1e-6;
   if (std::is_same_v<T, float>) eps = std::ldexp(1.0, -22), spread = 1e-5, floor = 1e-6;
-  int64_t bad = 0;
-  double worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double o = as_double(first[i]);
-    const double tol = eps * std::fabs(ref[i]) + spread * ref_abs[i] + floor;
-    const double err = std::fabs(o - ref[i]);
-    if (!(err <= tol)) {
-      if (bad < 3) std::printf("   at %zu got %g want %g\n", i, o, ref[i]);
-      ++bad;
-    } else {
-      worst = std::max(worst, err / tol);
-    }
-  }
+  auto [bad, worst] = convref::compare_with_reference(
+      ref, [&](size_t i) { return as_double(first[i]); },
+      [&](size_t i) { return eps * std::fabs(ref[i]) + spread * ref_abs[i] + floor; });
   const unsigned char* bytes = reinterpret_cast<const unsigned char*>(out.data());
   const size_t before = (first - out.data()) * sizeof(T), after = (first - out.data() + ref.size()) * sizeof(T);
   for (size_t i = 0; i < out.size() * sizeof(T); ++i)

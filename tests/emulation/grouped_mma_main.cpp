@@ -59,19 +59,9 @@ void run(const Case& t, bool backward, bool wide, int sm_count, bool early) {
                                       out.data() + guard, nullptr);
   ++runs;
   const double eps = dtype_of<T>() == DirectDType::kHalf ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
-  int64_t bad = 0;
-  double worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double o = to_float(out[guard + i]);
-    const double tol = eps * std::fabs(ref[i]) + 1e-5 * ref_abs[i] + 1e-6;
-    const double err = std::fabs(o - ref[i]);
-    if (!(err <= tol)) {
-      if (bad < 3) std::printf("   at %zu got %g want %g\n", i, o, ref[i]);
-      ++bad;
-    } else {
-      worst = std::max(worst, err / tol);
-    }
-  }
+  auto [bad, worst] = convref::compare_with_reference(
+      ref, [&](size_t i) { return static_cast<double>(to_float(out[guard + i])); },
+      [&](size_t i) { return eps * std::fabs(ref[i]) + 1e-5 * ref_abs[i] + 1e-6; });
   const uint16_t* bits = reinterpret_cast<const uint16_t*>(out.data());
   for (int64_t i = 0; i < guard; ++i)
     if (bits[i] != 0xFFFF || bits[guard + ref.size() + i] != 0xFFFF) { ++bad; std::printf("   guard written\n"); break; }
