@@ -15,6 +15,7 @@ CHILD_KINDS = ("main", "plan_first_step", "names_first_step", "benchmark", "fast
 CHILD_RESULT_PREFIX = "ZOO_CHILD_RESULT "  # a child's last stdout line: this, then its result as JSON
 PLAN_ENV_VAR = "TORCH_CUDNN_ALGO_PLAN"
 TUNING_DB_ENV_VAR = "TORCH_CUDNN_ALGO_DB"  # the tuning database (compiled execution plans among its entries)
+CUDA_JIT_CACHE_ENV_VAR = "CUDA_CACHE_PATH"  # the CUDA driver's cache of kernels compiled at run time
 # The flags' environment variables: all three "fastest" makes a child decide on the fly, as a user's
 # `TORCH_CUDNN_CONV_FWD_ALGO=fastest python train.py` would.
 FASTEST_ENV = ("TORCH_CUDNN_CONV_FWD_ALGO", "TORCH_CUDNN_CONV_BWD_DATA_ALGO", "TORCH_CUDNN_CONV_BWD_FILTER_ALGO")

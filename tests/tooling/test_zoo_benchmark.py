@@ -350,6 +350,25 @@ def test_benchmark_section_alone_runs_the_main_child_that_tunes_its_plan(tmp_pat
     assert ran == [("main", ["setup"]), ("benchmark", ["benchmark"])]
 
 
+def test_the_benchmark_search_runs_on_an_empty_jit_cache_unless_one_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stock's search is measured cold, as tune() is on an empty tuning database; a named cache
+    (to measure a warm one) is left to the child."""
+    envs: dict[str, dict[str, str]] = {}
+    monkeypatch.setattr(cli, "run_child", lambda kind, network, parts, settings, timeout, plan_path, env=None:
+                        envs.setdefault(kind, env or {}) and {})
+    monkeypatch.delenv("CUDA_CACHE_PATH", raising=False)
+    s = cli.settings_from(cli.build_parser().parse_args(["--sections", "benchmark", "--out", str(tmp_path)]))
+    assert cli.run_network("dcgan_generator", s, cli.Budget(None), tmp_path)
+    cache = Path(envs["benchmark"]["CUDA_CACHE_PATH"])
+    assert cache.parent == tmp_path and not cache.exists()
+    assert "CUDA_CACHE_PATH" not in envs["main"]
+    envs.clear()
+    monkeypatch.setenv("CUDA_CACHE_PATH", str(tmp_path / "warm"))
+    assert cli.run_network("dcgan_generator", s, cli.Budget(None), tmp_path)
+    assert "CUDA_CACHE_PATH" not in envs["benchmark"]
+
+
 def test_fastest_db_section_runs_fastest_twice_on_one_database_of_its_own(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Both runs see all three flags "fastest" and the same database, one that tune() in the main
