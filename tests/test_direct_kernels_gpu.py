@@ -221,6 +221,9 @@ def test_the_tuner_times_them_beside_cudnn_and_a_pick_of_ours_runs_as_planned() 
     for entry in log:
         ours = [c for c in entry["configs"] if c["config"] == "tca.direct"]
         assert len(ours) == 1 and ours[0]["runnable"] and ours[0]["ms"] is not None, entry
+        # Probed once first; timed in full (and so pickable) only near heuristics A's best.
+        assert ours[0]["probe"] in ("near", "far"), entry
+        assert ours[0]["probe"] == "near" or entry["pick"] != "tca.direct", entry
         assert entry["stock_config"] != "tca.direct"
     case = ConvForm("regnety g5", (16, 120, 28, 28), (120, 24, 3, 3), padding=1, groups=5)
     xg = x.detach().clone().requires_grad_()

@@ -34,9 +34,15 @@ constexpr double kMaxErrorRatio = 2.0;
 constexpr double kMaxHostIncrease = 0.10;
 constexpr double kHostSlackUs = 2.0;
 constexpr double kGpuSavedPerHostAdded = 2.0;
-// A wide-search extra is timed in full when its probe (one call) takes at most
-// this many times the best median of heuristics A's first round: one call is
-// noisy, and the finalists' round decides among the near ones.
+// A candidate is timed in full when its probe (one call) takes at most this
+// many times the best probe: one call is noisy, and the finalists' round
+// decides among the near ones. The rest cannot win, and timing them in full
+// cost more than the near ones: cuDNN's lists hold engines 50-500x slower than
+// the best, some of them launching per group (ConvTasNet's depthwise layers:
+// 11.8 ms of GPU time and 22 ms of host time a call, against 0.037 ms for the
+// best), and our own kernel runs every convolution of few enough products per
+// output but wins only on some (on ResNeXt's dense layers it took 10-270x
+// cuDNN's best, 126 ms a round summed over the network on an H200).
 constexpr double kProbeNearBest = 1.5;
 constexpr size_t kExtraWorkspaceFloor = size_t{64} << 20;
 
@@ -78,28 +84,25 @@ bool Tuner::accurate(size_t index) {
   return pick_error_ <= error_bound_;
 }
 
-// Times the first round: heuristics A's candidates kFirstRoundReps times; the
-// wide search's extras once (the probe), and those near A's best as often as
-// A's. Returns the candidates timed in full.
+// Times the first round: every candidate once (the probe), then those within
+// kProbeNearBest of the best probe kFirstRoundReps - 1 times more. Returns the
+// candidates timed in full.
 std::vector<size_t> Tuner::first_round(const std::vector<size_t>& warmed) {
-  std::vector<size_t> regular, extras;
-  for (const size_t i : warmed) (candidates_[i].extra ? extras : regular).push_back(i);
-  time_interleaved(regular, kFirstRoundReps);
-  if (extras.empty()) return regular;
+  time_interleaved(warmed, 1);
   double best_ms = std::numeric_limits<double>::infinity();
-  for (const size_t i : regular) best_ms = std::min(best_ms, candidates_[i].median_ms());
-  time_interleaved(extras, 1);
+  for (const size_t i : warmed) best_ms = std::min(best_ms, candidates_[i].samples_ms.front());
   std::vector<size_t> near;
-  for (const size_t i : extras) {
-    const bool is_near = candidates_[i].samples_ms.front() <= kProbeNearBest * best_ms;
-    candidates_[i].probe = is_near ? Candidate::Probe::kNear : Candidate::Probe::kFar;
-    note_probe(key_, candidates_[i].name, is_near);
+  for (const size_t i : warmed) {
+    auto& c = candidates_[i];
+    const bool is_near = c.samples_ms.front() <= kProbeNearBest * best_ms;
+    c.probe = is_near ? Candidate::Probe::kNear : Candidate::Probe::kFar;
+    // Only the wide search's engines keep a record across convolutions (see worth_probing).
+    if (c.extra) note_probe(key_, c.name, is_near);
     if (is_near) near.push_back(i);
   }
-  probed_ += extras.size();
+  probed_ += warmed.size();
   time_interleaved(near, kFirstRoundReps - 1);
-  regular.insert(regular.end(), near.begin(), near.end());
-  return regular;
+  return near;
 }
 
 std::shared_ptr<const Choice> Tuner::run() {
@@ -146,10 +149,10 @@ std::shared_ptr<const Choice> Tuner::run() {
   operands_ = make_operands(key_);
   spent_.operands_s += seconds_since(operands_started);
   timed = warm_up(timed);
-  timed = first_round(timed);
+  const std::vector<size_t> near = first_round(timed);
 
   std::vector<size_t> finalists;
-  for (const size_t i : by_median(timed)) {
+  for (const size_t i : by_median(near)) {
     if (finalists.size() < kFinalists && within_limit(candidates_[i])) finalists.push_back(i);
   }
   if (knob_search_enabled()) {
@@ -159,7 +162,9 @@ std::shared_ptr<const Choice> Tuner::run() {
     in_knob_search_ = false;
     spent_.knob_s += seconds_since(knobs_started);
   }
-  if (stock_config_ && std::find(finalists.begin(), finalists.end(), *stock_config_) == finalists.end()) {
+  // (Stock's configuration is the measure; a cuDNN error in its warm-up leaves no runner to time.)
+  if (stock_config_ && candidates_[*stock_config_].runnable() &&
+      std::find(finalists.begin(), finalists.end(), *stock_config_) == finalists.end()) {
     finalists.push_back(*stock_config_);
   }
   time_interleaved(finalists, kFinalReps);

@@ -32,7 +32,8 @@ inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Repetitions per candidate of a first-round (and knob-search) timing.
+// Repetitions per candidate of a first-round (and knob-search) timing; in the
+// first round, the probe is the first of them.
 constexpr int kFirstRoundReps = 3;
 // A pick must beat stock's configuration by this much (relative) to replace it:
 // below it, the difference is within the timing noise of a few calls.
@@ -49,8 +50,8 @@ struct Candidate {
   bool kernel = false;  // one of our own kernels ("tca.direct"): nothing to build, never stock's
   int rank = -1;     // position in the heuristics' list; -1 for a knob-search configuration
   std::string source;  // the list cuDNN offered it in: "heuristics_a", "heuristics_b" or "fallback"
-  bool extra = false;  // the wide search's (see wide_search): probed once before it is timed further
-  enum class Probe { kNone, kNear, kFar } probe = Probe::kNone;  // an extra's probe against A's best
+  bool extra = false;  // the wide search's (see wide_search)
+  enum class Probe { kNone, kNear, kFar } probe = Probe::kNone;  // its first timed call against the best one's
   std::shared_ptr<const Runner> runner;  // null until built, or when cuDNN cannot build it
   std::vector<double> samples_ms;  // GPU time per call
   std::vector<double> host_us;     // host time to enqueue one call
@@ -187,7 +188,7 @@ class Tuner {
   at::Tensor reference_;
   size_t listed_ = 0;  // configurations the heuristics offered that the rules allow
   size_t knob_configs_ = 0;
-  size_t probed_ = 0;  // the wide search's extras probed
+  size_t probed_ = 0;  // candidates probed (the first round's, see first_round)
   size_t retimed_batches_ = 0;  // timed batches repeated because the host fell behind (time_interleaved)
   double pick_error_ = std::numeric_limits<double>::quiet_NaN();
   double stock_error_ = std::numeric_limits<double>::quiet_NaN();

@@ -19,14 +19,12 @@ namespace {
 // Spin ahead of a timed batch, per call: more than the host needs to enqueue
 // one call and its two events, so the GPU never waits for the host.
 constexpr int64_t kSpinCyclesPerCall = 80'000;  // some tens of microseconds
-// A batch whose spin ran out before the host had queued every call may have
-// timed the GPU waiting for the host: it is timed again; if the host falls
-// behind again, the batch waits until no build runs in the process and is
-// timed a last time. Some engines take milliseconds of host time per call
-// (grouped layers launching per group), so each call's share of the spin is at
-// least kSpinPerHostTime times the least host time its candidate took so far;
-// and the host is held up by builds on other threads (runtime compilation), so
-// each attempt at least doubles the spin.
+// Calls the GPU caught up with are timed again, at most this many attempts in
+// all. Some engines take milliseconds of host time per call (grouped layers
+// launching per group), so each call's share of the spin is at least
+// kSpinPerHostTime times the least host time its candidate took so far; and
+// the host is held up by builds on other threads (runtime compilation), so the
+// last attempt doubles the spin.
 constexpr int kMaxTimingAttempts = 3;
 constexpr double kSpinPerHostTime = 1.5;
 
@@ -85,76 +83,80 @@ std::vector<size_t> Tuner::warm_up(std::vector<size_t> indices) {
 // behind one spin kernel: GPU time only, and drift hits every candidate alike.
 // The host time of each call's enqueue is taken on the way: behind the spin
 // kernel no launch waits for the GPU, so it is what the call costs the CPU.
-// Builds may run on other threads meanwhile (tune()): a batch the host could
-// not queue within its spin is timed again (kMaxTimingAttempts); the seconds
-// it then waits for the builds count as wait_s.
+// A call is timed cleanly when the GPU has not reached its start event by the
+// time the host has queued the whole call: the span then holds GPU work only.
+// A call the GPU caught up with may hold the host's enqueue time, so it is
+// timed again, alone with the others that were, behind a spin of 1.5x the
+// least host time their candidates took, twice that on the last attempt
+// (kMaxTimingAttempts), which first waits until no build runs in the process
+// (tune()'s builds on other threads hold the host up; its seconds count as
+// wait_s). The last attempt's calls are kept whether clean or not.
 void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
   if (indices.empty()) return;
   const auto started = Clock::now();
   const auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(key_.device));
-  const size_t calls = indices.size() * static_cast<size_t>(reps);
-  std::vector<c10::Event> starts, ends;
-  starts.reserve(calls);
-  ends.reserve(calls);
-  for (size_t k = 0; k < calls; ++k) {
-    starts.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    ends.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-  }
-  c10::Event spin_end(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-  std::vector<double> host_us(calls);
   // The least host µs per call seen of each candidate: earlier batches, then this one's attempts.
   std::vector<double> least_host_us(indices.size(), std::numeric_limits<double>::infinity());
   for (size_t j = 0; j < indices.size(); ++j) {
     for (const double us : candidates_[indices[j]].host_us) least_host_us[j] = std::min(least_host_us[j], us);
   }
   const double cycles_per_us = spin_cycles_per_us();
-  const auto spin_for_host = [&] {
-    int64_t cycles = 0;
-    for (size_t j = 0; j < indices.size(); ++j) {
-      const double host_cycles =
-          std::isfinite(least_host_us[j]) ? kSpinPerHostTime * least_host_us[j] * cycles_per_us : 0;
-      cycles += std::max(kSpinCyclesPerCall, static_cast<int64_t>(host_cycles)) * reps;
-    }
-    return cycles;
-  };
-  int64_t spin_cycles = spin_for_host();
+  std::vector<int> owed(indices.size(), reps);  // clean samples still to take, per candidate
   double waited_s = 0;
   for (int attempt = 1;; ++attempt) {
-    at::cuda::sleep(spin_cycles);
-    spin_end.record(stream);
-    size_t k = 0;
-    for (int r = 0; r < reps; ++r) {
-      for (const size_t i : indices) {
-        starts[k].record(stream);
-        const auto enqueued = Clock::now();
-        candidates_[i].runner->run(operands_.a, operands_.b, operands_.out, workspace_.get());
-        host_us[k] = seconds_since(enqueued) * 1e6;
-        ends[k].record(stream);
-        ++k;
+    // The calls still owed, round after round over the candidates: positions in indices.
+    std::vector<size_t> calls;
+    for (int round = 0; round < reps; ++round) {
+      for (size_t j = 0; j < indices.size(); ++j) {
+        if (owed[j] > round) calls.push_back(j);
       }
     }
-    // Still spinning once every call is queued: no timed call waited for the host.
-    const bool host_kept_up = !spin_end.query();
-    ends.back().synchronize();
-    if (host_kept_up || attempt == kMaxTimingAttempts) break;
-    ++retimed_batches_;
-    for (size_t call = 0; call < calls; ++call) {  // calls go round the candidates
-      auto& least = least_host_us[call % indices.size()];
-      least = std::min(least, host_us[call]);
+    int64_t spin_cycles = 0;
+    for (const size_t j : calls) {
+      const double host_cycles =
+          std::isfinite(least_host_us[j]) ? kSpinPerHostTime * least_host_us[j] * cycles_per_us : 0;
+      spin_cycles += std::max(kSpinCyclesPerCall, static_cast<int64_t>(host_cycles));
     }
+    if (attempt > 2) spin_cycles *= 2;  // the host fell behind even so: builds hold it up
+    std::vector<c10::Event> starts, ends;
+    starts.reserve(calls.size());
+    ends.reserve(calls.size());
+    for (size_t k = 0; k < calls.size(); ++k) {
+      starts.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+      ends.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    }
+    std::vector<double> host_us(calls.size());
+    std::vector<char> clean(calls.size());
+    at::cuda::sleep(spin_cycles);
+    for (size_t k = 0; k < calls.size(); ++k) {
+      starts[k].record(stream);
+      const auto enqueued = Clock::now();
+      candidates_[indices[calls[k]]].runner->run(operands_.a, operands_.b, operands_.out, workspace_.get());
+      host_us[k] = seconds_since(enqueued) * 1e6;
+      ends[k].record(stream);
+      clean[k] = !starts[k].query();  // the GPU had not begun the call once it was all queued
+    }
+    ends.back().synchronize();
+    const bool last = attempt == kMaxTimingAttempts;
+    bool all_clean = true;
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const size_t j = calls[k];
+      least_host_us[j] = std::min(least_host_us[j], host_us[k]);
+      if (!clean[k] && !last) {
+        all_clean = false;
+        continue;
+      }
+      auto& c = candidates_[indices[j]];
+      c.samples_ms.push_back(starts[k].elapsedTime(ends[k]));
+      c.host_us.push_back(host_us[k]);
+      --owed[j];
+    }
+    if (all_clean) break;
+    ++retimed_batches_;
     if (attempt + 1 == kMaxTimingAttempts) {
       const auto wait_started = Clock::now();
       wait_until_prepared_all();
       waited_s = seconds_since(wait_started);
-    }
-    spin_cycles = std::max(2 * spin_cycles, spin_for_host());
-  }
-  size_t k = 0;
-  for (int r = 0; r < reps; ++r) {
-    for (const size_t i : indices) {
-      candidates_[i].samples_ms.push_back(starts[k].elapsedTime(ends[k]));
-      candidates_[i].host_us.push_back(host_us[k]);
-      ++k;
     }
   }
   if (!in_knob_search_) {

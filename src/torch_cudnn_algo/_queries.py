@@ -69,9 +69,8 @@ def tuning_log() -> list[dict[str, object]]:
     ``pick_ms`` and ``stock_config_ms`` (median GPU ms per call as the tuner
     timed them, side by side), ``candidates`` (configurations the heuristics
     offered under the rules), ``timed``, ``knob_configs`` (configurations
-    ``conv_knob_search`` tried beyond them), ``probed`` (the wide search's
-    configurations run once to see whether they are worth timing: grouped
-    convolutions only), ``seconds`` (tuning time),
+    ``conv_knob_search`` tried beyond them), ``probed`` (configurations run once to see
+    whether they are worth timing further: every timed one), ``seconds`` (tuning time),
     ``workspace`` (bytes of the pick), ``max_rel_error`` (the pick's error
     against float64, when it was checked: a pick other than stock's
     configuration), ``stock_config_max_rel_error`` (stock's configuration's
@@ -90,8 +89,9 @@ def tuning_log() -> list[dict[str, object]]:
     configuration considered, ``config``, ``rank`` (in the heuristics' list; -1
     for knob search), ``source`` (``"heuristics_a"``, ``"heuristics_b"``,
     ``"fallback"``; ``""`` for knob search), ``extra`` (the wide search's),
-    ``probe`` (an extra's one run: ``"near"`` heuristics A's best, so timed
-    further, or ``"far"``; None: not probed), ``rtc``, ``build_s`` (None: not built), ``cached``,
+    ``probe`` (its first timed run: ``"near"`` the best one's, within 1.5x,
+    so timed further, or ``"far"``; None: not timed, or timed by the knob
+    search), ``rtc``, ``build_s`` (None: not built), ``cached``,
     ``runnable``, ``warmup_ms`` (host ms of its first run), ``ms`` (median
     GPU ms, None: not timed) and ``host_us`` (median host µs to enqueue one
     call, None: not timed).
