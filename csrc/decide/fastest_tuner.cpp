@@ -3,6 +3,7 @@
 // configuration, and the pick checked against stock's on time, host time and
 // accuracy.
 #include "decide/fastest_tuner.h"
+#include "decide/interleaved_timing.h"
 #include "decide/tuner.h"
 
 #include "base/cudnn_handle.h"
@@ -89,12 +90,14 @@ bool Tuner::accurate(size_t index) {
 // candidates timed in full.
 std::vector<size_t> Tuner::first_round(const std::vector<size_t>& warmed) {
   time_interleaved(warmed, 1);
-  double best_ms = std::numeric_limits<double>::infinity();
-  for (const size_t i : warmed) best_ms = std::min(best_ms, candidates_[i].samples_ms.front());
+  std::vector<double> probe_ms;
+  for (const size_t i : warmed) probe_ms.push_back(candidates_[i].samples_ms.front());
+  const std::vector<bool> near_flags = near_best(probe_ms, kProbeNearBest);
   std::vector<size_t> near;
-  for (const size_t i : warmed) {
+  for (size_t k = 0; k < warmed.size(); ++k) {
+    const size_t i = warmed[k];
     auto& c = candidates_[i];
-    const bool is_near = c.samples_ms.front() <= kProbeNearBest * best_ms;
+    const bool is_near = near_flags[k];
     c.probe = is_near ? Candidate::Probe::kNear : Candidate::Probe::kFar;
     // Only the wide search's engines keep a record across convolutions (see worth_probing).
     if (c.extra) note_probe(key_, c.name, is_near);

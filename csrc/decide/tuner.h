@@ -1,8 +1,9 @@
 // The "fastest" tuner's parts (see fastest_tuner.h), shared by its files:
 // tuner_candidates (the heuristics' candidates, their builds, the prepare-ahead
 // queue), tuner_operands (random operands, the float64 reference),
-// tuner_timing (warm-up and timed rounds), tuner_knob_search, tuner_log (the
-// tuning-log entry) and fastest_tuner (the decision). Included by those alone.
+// tuner_timing (warm-up, and the timed rounds of interleaved_timing.h on the
+// GPU), tuner_knob_search, tuner_log (the tuning-log entry) and fastest_tuner
+// (the decision). Included by those alone.
 #pragma once
 
 #include "base/conv_key.h"

@@ -1,6 +1,8 @@
 // The tuner's timing: one workspace for every timed call, a warm-up run per
 // candidate, and timed rounds of CUDA events around single calls queued behind
-// a spin kernel, so the host's enqueue time never leaks into GPU time.
+// a spin kernel, so the host's enqueue time never leaks into GPU time (the
+// rounds' logic is interleaved_timing.h; this file gives it the GPU).
+#include "decide/interleaved_timing.h"
 #include "decide/tuner.h"
 
 #include "base/cudnn_handle.h"
@@ -10,25 +12,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <cmath>
-
 namespace torch_cudnn_algo {
 namespace tuner {
-namespace {
-
-// Spin ahead of a timed batch, per call: more than the host needs to enqueue
-// one call and its two events, so the GPU never waits for the host.
-constexpr int64_t kSpinCyclesPerCall = 80'000;  // some tens of microseconds
-// Calls the GPU caught up with are timed again, at most this many attempts in
-// all. Some engines take milliseconds of host time per call (grouped layers
-// launching per group), so each call's share of the spin is at least
-// kSpinPerHostTime times the least host time its candidate took so far; and
-// the host is held up by builds on other threads (runtime compilation), so the
-// last attempt doubles the spin.
-constexpr int kMaxTimingAttempts = 3;
-constexpr double kSpinPerHostTime = 1.5;
-
-}  // namespace
 
 // One workspace for every timed call: the largest any runnable candidate needs.
 // A size the allocator cannot supply drops the candidates needing it.
@@ -79,89 +64,69 @@ std::vector<size_t> Tuner::warm_up(std::vector<size_t> indices) {
   return ran;
 }
 
-// `reps` rounds over `indices`, each call between two CUDA events, all queued
-// behind one spin kernel: GPU time only, and drift hits every candidate alike.
-// The host time of each call's enqueue is taken on the way: behind the spin
-// kernel no launch waits for the GPU, so it is what the call costs the CPU.
-// A call is timed cleanly when the GPU has not reached its start event by the
-// time the host has queued the whole call: the span then holds GPU work only.
-// A call the GPU caught up with may hold the host's enqueue time, so it is
-// timed again, alone with the others that were, behind a spin of 1.5x the
-// least host time their candidates took, twice that on the last attempt
-// (kMaxTimingAttempts), which first waits until no build runs in the process
-// (tune()'s builds on other threads hold the host up; its seconds count as
-// wait_s). The last attempt's calls are kept whether clean or not.
+namespace {
+
+// The GPU side of the timed rounds: CUDA events around each call on the
+// tuning's stream, the spin kernel, the build threads to wait for.
+class CudaTimingDevice final : public TimingDevice {
+ public:
+  CudaTimingDevice(c10::cuda::CUDAStream stream, std::vector<Candidate>& candidates, const std::vector<size_t>& indices,
+                   const Operands& operands, void* workspace)
+      : stream_(stream), candidates_(candidates), indices_(indices), operands_(operands), workspace_(workspace) {}
+
+  void prepare(size_t slots) override {
+    starts_.clear();
+    ends_.clear();
+    starts_.reserve(slots);
+    ends_.reserve(slots);
+    for (size_t k = 0; k < slots; ++k) {
+      starts_.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+      ends_.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    }
+  }
+  void spin(int64_t cycles) override { at::cuda::sleep(cycles); }
+  double call(size_t slot, size_t candidate) override {
+    starts_[slot].record(stream_);
+    const auto enqueued = Clock::now();
+    candidates_[indices_[candidate]].runner->run(operands_.a, operands_.b, operands_.out, workspace_);
+    const double host_us = seconds_since(enqueued) * 1e6;
+    ends_[slot].record(stream_);
+    return host_us;
+  }
+  bool reached(size_t slot) override { return starts_[slot].query(); }
+  void synchronize() override { ends_.back().synchronize(); }
+  double elapsed_ms(size_t slot) override { return starts_[slot].elapsedTime(ends_[slot]); }
+  double wait_for_builds() override {
+    const auto started = Clock::now();
+    wait_until_prepared_all();
+    return seconds_since(started);
+  }
+
+ private:
+  c10::cuda::CUDAStream stream_;
+  std::vector<Candidate>& candidates_;
+  const std::vector<size_t>& indices_;
+  const Operands& operands_;
+  void* workspace_;
+  std::vector<c10::Event> starts_, ends_;
+};
+
+}  // namespace
+
+// `reps` rounds over `indices` on the GPU (see time_interleaved_calls); the
+// seconds spent waiting for builds count as wait_s.
 void Tuner::time_interleaved(const std::vector<size_t>& indices, int reps) {
   if (indices.empty()) return;
   const auto started = Clock::now();
-  const auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(key_.device));
-  // The least host µs per call seen of each candidate: earlier batches, then this one's attempts.
-  std::vector<double> least_host_us(indices.size(), std::numeric_limits<double>::infinity());
-  for (size_t j = 0; j < indices.size(); ++j) {
-    for (const double us : candidates_[indices[j]].host_us) least_host_us[j] = std::min(least_host_us[j], us);
-  }
-  const double cycles_per_us = spin_cycles_per_us();
-  std::vector<int> owed(indices.size(), reps);  // clean samples still to take, per candidate
-  double waited_s = 0;
-  for (int attempt = 1;; ++attempt) {
-    // The calls still owed, round after round over the candidates: positions in indices.
-    std::vector<size_t> calls;
-    for (int round = 0; round < reps; ++round) {
-      for (size_t j = 0; j < indices.size(); ++j) {
-        if (owed[j] > round) calls.push_back(j);
-      }
-    }
-    int64_t spin_cycles = 0;
-    for (const size_t j : calls) {
-      const double host_cycles =
-          std::isfinite(least_host_us[j]) ? kSpinPerHostTime * least_host_us[j] * cycles_per_us : 0;
-      spin_cycles += std::max(kSpinCyclesPerCall, static_cast<int64_t>(host_cycles));
-    }
-    if (attempt > 2) spin_cycles *= 2;  // the host fell behind even so: builds hold it up
-    std::vector<c10::Event> starts, ends;
-    starts.reserve(calls.size());
-    ends.reserve(calls.size());
-    for (size_t k = 0; k < calls.size(); ++k) {
-      starts.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-      ends.emplace_back(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    }
-    std::vector<double> host_us(calls.size());
-    std::vector<char> clean(calls.size());
-    at::cuda::sleep(spin_cycles);
-    for (size_t k = 0; k < calls.size(); ++k) {
-      starts[k].record(stream);
-      const auto enqueued = Clock::now();
-      candidates_[indices[calls[k]]].runner->run(operands_.a, operands_.b, operands_.out, workspace_.get());
-      host_us[k] = seconds_since(enqueued) * 1e6;
-      ends[k].record(stream);
-      clean[k] = !starts[k].query();  // the GPU had not begun the call once it was all queued
-    }
-    ends.back().synchronize();
-    const bool last = attempt == kMaxTimingAttempts;
-    bool all_clean = true;
-    for (size_t k = 0; k < calls.size(); ++k) {
-      const size_t j = calls[k];
-      least_host_us[j] = std::min(least_host_us[j], host_us[k]);
-      if (!clean[k] && !last) {
-        all_clean = false;
-        continue;
-      }
-      auto& c = candidates_[indices[j]];
-      c.samples_ms.push_back(starts[k].elapsedTime(ends[k]));
-      c.host_us.push_back(host_us[k]);
-      --owed[j];
-    }
-    if (all_clean) break;
-    ++retimed_batches_;
-    if (attempt + 1 == kMaxTimingAttempts) {
-      const auto wait_started = Clock::now();
-      wait_until_prepared_all();
-      waited_s = seconds_since(wait_started);
-    }
-  }
+  CudaTimingDevice device(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(key_.device)), candidates_,
+                          indices, operands_, workspace_.get());
+  std::vector<TimedCandidate> timed;
+  for (const size_t i : indices) timed.push_back({&candidates_[i].samples_ms, &candidates_[i].host_us});
+  const TimedBatch batch = time_interleaved_calls(device, timed, reps, spin_cycles_per_us());
+  retimed_batches_ += static_cast<size_t>(batch.retimed_attempts);
   if (!in_knob_search_) {
-    spent_.wait_s += waited_s;
-    spent_.timing_s += seconds_since(started) - waited_s;
+    spent_.wait_s += batch.waited_s;
+    spent_.timing_s += seconds_since(started) - batch.waited_s;
   }
 }
 

@@ -1,6 +1,7 @@
-// CPU checks of csrc/base/work_queue.h, compiled and run by tests/test_work_queue.py.
+// CPU checks of csrc/base/work_queue.h, compiled and run by tests/test_cpp_checks.py.
 // Each check prints its name; a failed CHECK prints where and exits 1.
 #include "base/work_queue.h"
+#include "check.h"
 
 #include <sys/wait.h>
 
@@ -14,14 +15,6 @@
 using torch_cudnn_algo::WorkQueue;
 using Queue = WorkQueue<int, int>;
 using namespace std::chrono_literals;
-
-#define CHECK(condition)                                                        \
-  do {                                                                          \
-    if (!(condition)) {                                                         \
-      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #condition);        \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
 
 // A gate a job can wait at until the test opens it.
 struct Gate {
