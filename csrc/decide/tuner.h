@@ -190,7 +190,7 @@ class Tuner {
   size_t listed_ = 0;  // configurations the heuristics offered that the rules allow
   size_t knob_configs_ = 0;
   size_t probed_ = 0;  // candidates probed (the first round's, see first_round)
-  size_t retimed_batches_ = 0;  // timed batches repeated because the host fell behind (time_interleaved)
+  size_t retimed_batches_ = 0;  // attempts at timing a batch's late calls again (time_interleaved)
   double pick_error_ = std::numeric_limits<double>::quiet_NaN();
   double stock_error_ = std::numeric_limits<double>::quiet_NaN();
   double error_bound_ = std::numeric_limits<double>::quiet_NaN();
