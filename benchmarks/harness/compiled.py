@@ -29,6 +29,8 @@ of separate runs measure the same plan) and ``--merge`` adds the run's children 
 replacing those of the same name, instead of writing it anew. On a machine of several GPUs,
 ``--devices 0,1`` runs a network's measuring children at once, one a GPU (``CUDA_VISIBLE_DEVICES``),
 the max-autotune ones first: the cross-child ratios above already make GPUs of one machine compare.
+Several networks run at once, each on an equal share of the GPUs, its plan tuned on the first of
+them (``--devices 0,1,2,3`` with two networks: one on 0 and 1, the other on 2 and 3).
 
 Writes ``<out>/compiled-<gpu>-<date>.json`` and ``.md``.
 """
@@ -46,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from .cli import child_environment
 from .config import CHILD_RESULT_PREFIX
@@ -208,12 +211,11 @@ def child_env(cache_dir: str, device: int | None = None) -> dict[str, str]:
     return child_environment(extra)
 
 
-def run_on_devices(names: Sequence[str], run_one: Callable[[str, int | None], None],
-                   devices: Sequence[int] | None) -> None:
+def run_on_devices(names: Sequence[str], run_one: Callable[[str, Any], None], devices: Sequence[Any] | None) -> None:
     """``run_one(name, device)`` for every name: one after another on the default GPU, or, given
-    devices, at once, each device taking the next name as it comes free, max-autotune's (the
-    longest) first. An exception in one is raised here once the children already running have
-    ended; no child starts after it."""
+    devices (GPU indices, or groups of them), at once, each device taking the next name as it comes
+    free, max-autotune's (the longest) first. An exception in one is raised here once the ones
+    already running have ended; none starts after it."""
     if not devices:
         for name in names:
             run_one(name, None)
@@ -222,7 +224,7 @@ def run_on_devices(names: Sequence[str], run_one: Callable[[str, int | None], No
     lock = threading.Lock()
     failures: list[BaseException] = []
 
-    def worker(device: int) -> None:
+    def worker(device: Any) -> None:
         while True:
             with lock:
                 if not queue or failures:
@@ -261,8 +263,9 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
         else:
             progress(f"{network}: tune child")
             plan_path.parent.mkdir(parents=True, exist_ok=True)
+            # On the network's first GPU: networks sharing a machine's GPUs tune each on its own.
             setup = run_child(["--child", "tune", "--network", network, "--plan-path", str(plan_path)], timeout_s,
-                              child_env(os.path.join(scratch, "inductor-tune")))
+                              child_env(os.path.join(scratch, "inductor-tune"), devices[0] if devices else None))
             record["setup"] = setup
             checkpoint(record)
             if "error" in setup:
@@ -290,6 +293,13 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
         finally:  # the children in their usual order, however they ended
             record["children"] = {child: record["children"][child] for child in names if child in record["children"]}
     return record
+
+
+def device_groups(devices: Sequence[int], networks: int) -> list[list[int]]:
+    """The GPUs split among networks measured at once: an equal share each (at least one GPU), as
+    many networks at once as there are shares."""
+    share = max(1, len(devices) // max(1, networks))
+    return [list(devices[start:start + share]) for start in range(0, len(devices) - share + 1, share)]
 
 
 def merged(earlier: dict | None, record: dict) -> dict:
@@ -397,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true", help="add this run's children to the day's file "
                         "instead of writing it anew")
     parser.add_argument("--devices", help="comma-separated GPU indices: a network's measuring children run at "
-                        "once, one a GPU (each divides by its own eager-stock step, so GPUs of one machine compare)")
+                        "once, one a GPU (each divides by its own eager-stock step, so GPUs of one machine "
+                        "compare); several networks at once, each on an equal share")
     parser.add_argument("--render", type=Path, metavar="JSON", help="print the markdown of a saved result; no GPU")
     parser.add_argument("--child", choices=("tune", "measure"), help=argparse.SUPPRESS)
     parser.add_argument("--network", help=argparse.SUPPRESS)
@@ -456,10 +467,22 @@ def main(argv: list[str] | None = None) -> int:
         stem.with_suffix(".md").write_text(markdown)
         return markdown
 
-    done: list[dict] = []
-    for network in networks:
-        done.append(measure_network(network, modes, args.repeats, args.replays, args.child_timeout,
-                                    checkpoint=lambda record: save([*done, record]), only=only,
-                                    plan_dir=args.plan_dir, devices=devices))
-    print(save(done), end="")
+    # Networks run one after another, each over all the GPUs given; with more GPUs than one
+    # network's children use, several networks at once, each on its own share of them.
+    groups = device_groups(devices, len(networks)) if devices else []
+    records: dict[str, dict] = {}  # each network's record so far
+    lock = threading.Lock()
+
+    def checkpoint(record: dict) -> None:
+        with lock:
+            records[record["name"]] = record
+            save([records[name] for name in networks if name in records])
+
+    def run_network(network: str, group: list[int] | None) -> None:
+        checkpoint(measure_network(network, modes, args.repeats, args.replays, args.child_timeout,
+                                   checkpoint=checkpoint, only=only, plan_dir=args.plan_dir,
+                                   devices=group if group is not None else devices))
+
+    run_on_devices(networks, run_network, groups if len(groups) > 1 else None)
+    print(save([records[name] for name in networks if name in records]), end="")
     return 0
