@@ -467,8 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         stem.with_suffix(".md").write_text(markdown)
         return markdown
 
-    # Networks run one after another, each over all the GPUs given; with more GPUs than one
-    # network's children use, several networks at once, each on its own share of them.
+    # Several networks share the GPUs given, each on its own share (device_groups); a single
+    # network, or a single GPU, runs the networks one after another, each over all the GPUs.
     groups = device_groups(devices, len(networks)) if devices else []
     records: dict[str, dict] = {}  # each network's record so far
     lock = threading.Lock()

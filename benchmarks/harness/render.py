@@ -90,8 +90,9 @@ TABLES: Sequence[tuple[str, str, tuple[str, ...], Row, Callable[[dict], bool]]] 
      _fastest_runs_row, lambda net: any(nested(net, "fastest_runs", run) for run in ("first", "second"))),
     ("Tuning time",
      "`tune()` on the network's training step (one forward and backward collected, every convolution "
-     "timed), against stock `benchmark=True`'s search (its first step in a fresh process, with an empty CUDA JIT cache as `tune()` has an empty tuning database). `plan entries`: "
-     "the configurations the plan holds (a direction of a convolution each).",
+     "timed), against stock `benchmark=True`'s search (its first step in a fresh process, with an empty CUDA "
+     "JIT cache as `tune()` has an empty tuning database). `plan entries`: the configurations the plan holds "
+     "(a direction of a convolution each).",
      ("tune() s", "benchmark=True search s", "tune / search", "plan entries"),
      _tuning_row, lambda net: net.get("tune_s") is not None),
     ("Eager training step",
