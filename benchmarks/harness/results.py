@@ -44,10 +44,14 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
+SIGNIFICANT_DIGITS = 7  # beyond what any measurement resolves; every rendered table stays the same
+
+
 def finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity replaced by None: the files stay strict JSON."""
+    """``value`` with every NaN or infinity replaced by None (the files stay strict JSON) and
+    every other float rounded to ``SIGNIFICANT_DIGITS`` significant digits."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if math.isfinite(value) else None
     if isinstance(value, dict):
         return {key: finite(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):

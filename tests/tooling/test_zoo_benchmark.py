@@ -167,6 +167,11 @@ def test_finite_keeps_json_strict() -> None:
                                                                                      "c": [2]}
 
 
+def test_finite_rounds_floats_to_the_kept_digits() -> None:
+    assert results.finite([7.937409973144531, 30.475830895, 1e-07 / 3, 123456789.0, 12345678901, True]) == [
+        7.93741, 30.47583, 3.333333e-08, 123456800.0, 12345678901, True]
+
+
 def test_child_output_parsing_ignores_other_lines() -> None:
     text = f"noise\n{config.CHILD_RESULT_PREFIX}{{\"written\": [\"setup\"]}}\nmore noise\n"
     assert cli.parse_child_output(text) == {"written": ["setup"]}
