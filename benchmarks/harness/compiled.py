@@ -4,6 +4,7 @@ training step and compile time, on the zoo's networks.
     python benchmarks/compiled.py [--networks efficientnet_b0,regnety_016] [--compile-modes default,max-autotune]
                                   [--repeats 5] [--replays 20] [--child-timeout 900] [--out benchmarks/results]
                                   [--children "max-autotune stock"] [--plan-dir DIR] [--merge] [--devices 0,1]
+                                  [--inductor-cache DIR]
     python benchmarks/compiled.py --render FILE.json      # no GPU
 
 Per network, fresh child processes: a ``tune`` child makes the plan (``tune()`` on the eager
@@ -13,7 +14,8 @@ without CUDA graph trees nested in this benchmark's own capture) times ATen's co
 templates while it compiles, so its stock and plan variants compile in separate children; the
 ``default`` mode calls ATen's convolution at run time, so one compiled model serves both and the
 plan is switched around it in one process. Every child starts from an empty Inductor cache (its
-own ``TORCHINDUCTOR_CACHE_DIR``), so its first step is a cold compile.
+own ``TORCHINDUCTOR_CACHE_DIR``), so its first step is a cold compile, unless ``--inductor-cache``
+keeps the caches (below).
 
 GPU time: the whole step (the zoo's: forward, loss, backward, SGD) captured in a CUDA graph and
 replayed, ``--replays`` per timing, ``--repeats`` timings in rotated order; CUDA events around
@@ -31,6 +33,14 @@ replacing those of the same name, instead of writing it anew. On a machine of se
 the max-autotune ones first: the cross-child ratios above already make GPUs of one machine compare.
 Several networks run at once, each on an equal share of the GPUs, its plan tuned on the first of
 them (``--devices 0,1,2,3`` with two networks: one on 0 and 1, the other on 2 and 3).
+
+A max-autotune compile can also outlast one sitting by itself. ``--inductor-cache DIR`` keeps each
+child's Inductor cache in ``DIR/<network>/<child>`` instead of a temporary folder: Inductor writes
+each autotuning result there as soon as it has it (``cache/<hash>``, and ``.best_config`` files
+beside the kernels' sources) and skips the choices it finds, so a child cut off by
+``--child-timeout`` resumes in a later run with ``--merge`` where it stopped. The seconds each
+child of that folder ran are added up in its ``seconds-spent`` file; a resumed child's compile time
+is reported as its own plus the earlier runs' (which also include those runs' eager timing).
 
 Writes ``<out>/compiled-<gpu>-<date>.json`` and ``.md``.
 """
@@ -202,6 +212,28 @@ def run_child(args: Sequence[str], timeout_s: float, env: dict[str, str]) -> dic
     return {"error": f"exit status {done.returncode} without a result line (its stderr is above)"}
 
 
+SPENT_FILE = "seconds-spent"  # in a kept Inductor cache: the seconds its children ran, all runs
+
+
+def child_cache_dir(root: Path, network: str, child: str) -> Path:
+    """Where ``--inductor-cache`` keeps a child's Inductor cache: ``<root>/<network>/<child>``,
+    spaces as dashes (``max-autotune stock``: ``max-autotune-stock``)."""
+    return root / network / child.replace(" ", "-")
+
+
+def spent_seconds(cache_dir: Path) -> float:
+    """The seconds earlier children ran on this kept cache (0 for a new one)."""
+    try:
+        return float((cache_dir / SPENT_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return 0.0
+
+
+def add_spent_seconds(cache_dir: Path, seconds: float) -> None:
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    (cache_dir / SPENT_FILE).write_text(f"{spent_seconds(cache_dir) + seconds:.1f}\n")
+
+
 def child_env(cache_dir: str, device: int | None = None) -> dict[str, str]:
     """Stock's environment (nothing pinned, no plan applied at import) with its own Inductor cache,
     and with ``device``, that GPU alone visible."""
@@ -249,12 +281,13 @@ def run_on_devices(names: Sequence[str], run_one: Callable[[str, Any], None], de
 def measure_network(network: str, compile_modes: Sequence[str], repeats: int, replays: int,
                     timeout_s: float, checkpoint: Callable[[dict], None] = lambda record: None,
                     only: Sequence[str] | None = None, plan_dir: Path | None = None,
-                    devices: Sequence[int] | None = None) -> dict:
+                    devices: Sequence[int] | None = None, inductor_cache: Path | None = None) -> dict:
     """The network's children (those named in ``only``, if given), in turn or, given ``devices``,
     at once one a GPU; ``checkpoint`` gets the record so far after each one, so a run stopped
     from outside (max-autotune compiles for minutes) keeps what it measured. With ``plan_dir``,
     the plan is ``<plan_dir>/<network>.json``: tuned and kept there if missing, else measured as
-    found."""
+    found. With ``inductor_cache``, each measuring child's Inductor cache is kept there (see the
+    module's text) and a child resuming one records the earlier runs' seconds."""
     record: dict[str, object] = {"name": network, "children": {}}
     with tempfile.TemporaryDirectory(prefix="compiled-") as scratch:
         plan_path = plan_dir / f"{network}.json" if plan_dir else Path(scratch) / "plan.json"
@@ -275,11 +308,18 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
 
         def run_one(child: str, device: int | None) -> None:
             progress(f"{network}: {child} child" + ("" if device is None else f" on GPU {device}"))
+            cache = (child_cache_dir(inductor_cache, network, child) if inductor_cache
+                     else Path(scratch) / f"inductor-{names.index(child)}")
+            earlier_s = spent_seconds(cache) if inductor_cache else 0.0
             started = time.perf_counter()
             result = run_child(["--child", "measure", "--network", network, "--plan-path", str(plan_path),
                                 "--which", child, "--repeats", str(repeats), "--replays", str(replays)],
-                               timeout_s, child_env(os.path.join(scratch, f"inductor-{names.index(child)}"), device))
+                               timeout_s, child_env(str(cache), device))
             result["child_seconds"] = time.perf_counter() - started
+            if inductor_cache:
+                add_spent_seconds(cache, result["child_seconds"])
+                if earlier_s > 0:
+                    result["earlier_runs_s"] = earlier_s
             if device is not None:
                 result["device_index"] = device
             with lock:
@@ -340,6 +380,13 @@ def commands(report: dict) -> list[str]:
     return [report["argv"]] if isinstance(report["argv"], str) else list(report["argv"])
 
 
+def compile_seconds(result: dict) -> str:
+    """A child's compile seconds as rendered, with what earlier runs on its kept cache spent."""
+    text = num(result.get("first_step_s"), 1)
+    earlier = result.get("earlier_runs_s")
+    return f"{text} + {earlier:.0f} earlier" if earlier and result.get("first_step_s") is not None else text
+
+
 def render(report: dict) -> str:
     lines = ["# torch.compile and the plan: GPU time per training step", "",
              f"{report['device']}, torch {report['torch']}, cuDNN {report['cudnn']}, {report['date']}. "
@@ -348,7 +395,8 @@ def render(report: dict) -> str:
              "that ran it; *vs eager stock* divides it by that child's own eager-stock step, so cells from "
              "different children compare. *plan gain* = stock / plan of the same mode (above 1: the plan "
              "helps). *compile s*: the first step of a cold Inductor cache, compile and autotuning included "
-             "(`default` compiles once for both choices).", "",
+             "(`default` compiles once for both choices); *+ N earlier*: the child resumed an Inductor cache "
+             "that earlier runs, cut off, had spent N seconds on.", "",
              "| network | mode | stock ms | plan ms | stock vs eager stock | plan vs eager stock | plan gain | "
              "compile s (stock / plan) |", "|---|---|--:|--:|--:|--:|--:|--:|"]
     for record in report["networks"]:
@@ -360,9 +408,9 @@ def render(report: dict) -> str:
             if mode == "eager":
                 compile_cell = "-"
             elif mode == "default":  # one compile serves both choices
-                compile_cell = num(children_run.get("default", {}).get("first_step_s"), 1)
+                compile_cell = compile_seconds(children_run.get("default", {}))
             else:
-                compile_cell = " / ".join(num(children_run.get(f"{mode} {choice}", {}).get("first_step_s"), 1)
+                compile_cell = " / ".join(compile_seconds(children_run.get(f"{mode} {choice}", {}))
                                           for choice in CHOICES)
             lines.append(f"| {record['name']} | {mode} | {num(medians.get(stock), 2)} | {num(medians.get(plan), 2)} | "
                          f"{num(rel.get(stock), 3)} | {num(rel.get(plan), 3)} | {num(gain, 3)} | {compile_cell} |")
@@ -409,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", help="comma-separated GPU indices: a network's measuring children run at "
                         "once, one a GPU (each divides by its own eager-stock step, so GPUs of one machine "
                         "compare); several networks at once, each on an equal share")
+    parser.add_argument("--inductor-cache", type=Path, metavar="DIR", help="keep each child's Inductor cache in "
+                        "DIR/<network>/<child>: a child cut off by --child-timeout resumes there in a later run "
+                        "(with --merge), its compile seconds adding the earlier runs'")
     parser.add_argument("--render", type=Path, metavar="JSON", help="print the markdown of a saved result; no GPU")
     parser.add_argument("--child", choices=("tune", "measure"), help=argparse.SUPPRESS)
     parser.add_argument("--network", help=argparse.SUPPRESS)
@@ -439,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"of these modes {', '.join(children(modes))}")
     if args.merge and args.plan_dir is None:
         parser.error("--merge needs --plan-dir: children merged into one record must have measured one plan")
+    if args.inductor_cache and args.plan_dir is None:
+        parser.error("--inductor-cache needs --plan-dir: a kept cache holds max-autotune's timings of ATen's "
+                     "convolutions as the plan steered them, so a child resuming it must run the same plan")
     devices = None
     if args.devices is not None:
         fields = [field.strip() for field in args.devices.split(",")]
@@ -481,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     def run_network(network: str, group: list[int] | None) -> None:
         checkpoint(measure_network(network, modes, args.repeats, args.replays, args.child_timeout,
                                    checkpoint=checkpoint, only=only, plan_dir=args.plan_dir,
-                                   devices=group if group is not None else devices))
+                                   devices=group if group is not None else devices,
+                                   inductor_cache=args.inductor_cache))
 
     run_on_devices(networks, run_network, groups if len(groups) > 1 else None)
     print(save([records[name] for name in networks if name in records]), end="")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,64 @@ def test_networks_share_the_devices_and_run_at_once(monkeypatch: pytest.MonkeyPa
     (saved,) = tmp_path.glob("compiled-*.json")
     names = [network["name"] for network in json.loads(saved.read_text())["networks"]]
     assert names == ["mobilenet_v3_large", "efficientnet_b0"]
+
+
+def test_a_kept_inductor_cache_is_resumed_and_its_seconds_add_up(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """--inductor-cache: a max-autotune child cut off by its timeout leaves its Inductor cache in
+    <dir>/<network>/<child>; the next run's child compiles on that cache, and its compile time is
+    reported with the seconds the cut-off run spent."""
+    caches: list[str] = []
+    clock = iter([0.0, 555.0, 1000.0, 1300.0])  # each child's start and end: 555 s, then 300 s
+    monkeypatch.setattr(compiled, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    outcomes = iter([{"error": "timed out after 555 s"},
+                     {"median_ms": {"eager stock": 10.0, "max-autotune stock": 8.0}, "first_step_s": 250.0}])
+
+    def fake_child(argv: list[str], timeout_s: float, env: dict) -> dict:
+        if argv[:2] == ["--child", "tune"]:
+            Path(argv[argv.index("--plan-path") + 1]).write_text("{}")
+            return {"tune_s": 1.0}
+        caches.append(env["TORCHINDUCTOR_CACHE_DIR"])
+        return next(outcomes)
+
+    monkeypatch.setattr(compiled, "run_child", fake_child)
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
+    cache_root, out = tmp_path / "inductor", tmp_path / "out"
+    common = ["--networks", "mobilenet_v3_large", "--compile-modes", "max-autotune", "--children",
+              "max-autotune stock", "--plan-dir", str(tmp_path / "plans"), "--out", str(out),
+              "--inductor-cache", str(cache_root)]
+    compiled.main(common)
+    kept = cache_root / "mobilenet_v3_large" / "max-autotune-stock"
+    assert caches == [str(kept)]
+    assert compiled.spent_seconds(kept) == pytest.approx(555.0)
+
+    compiled.main([*common, "--merge"])
+    assert caches == [str(kept), str(kept)]  # the same cache, resumed
+    assert compiled.spent_seconds(kept) == pytest.approx(855.0)
+    (saved,) = out.glob("compiled-*.json")
+    child = json.loads(saved.read_text())["networks"][0]["children"]["max-autotune stock"]
+    assert child["earlier_runs_s"] == pytest.approx(555.0) and "error" not in child
+    assert "| 250.0 + 555 earlier / — |" in saved.with_suffix(".md").read_text()
+
+
+def test_without_a_kept_cache_every_child_compiles_cold(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    caches: list[str] = []
+
+    def fake_child(argv: list[str], timeout_s: float, env: dict) -> dict:
+        caches.append(env["TORCHINDUCTOR_CACHE_DIR"])
+        return _fake_children([])(argv, timeout_s, env)
+
+    monkeypatch.setattr(compiled, "run_child", fake_child)
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
+    compiled.main(["--networks", "mobilenet_v3_large", "--compile-modes", "max-autotune", "--out", str(tmp_path)])
+    assert len(set(caches)) == len(caches) == 4  # the tune, eager and two max-autotune children, each its own
+    assert not any(Path(cache).exists() for cache in caches)  # temporary, gone once the run ends
+    report = json.loads(next(tmp_path.glob("compiled-*.json")).read_text())
+    assert all("earlier_runs_s" not in child for child in report["networks"][0]["children"].values())
+
+
+def test_a_kept_inductor_cache_needs_a_kept_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        compiled.main(["--networks", "mobilenet_v3_large", "--inductor-cache", str(tmp_path)])
+    assert "--inductor-cache needs --plan-dir" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
