@@ -308,18 +308,17 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
 
         def run_one(child: str, device: int | None) -> None:
             progress(f"{network}: {child} child" + ("" if device is None else f" on GPU {device}"))
-            cache = (child_cache_dir(inductor_cache, network, child) if inductor_cache
-                     else Path(scratch) / f"inductor-{names.index(child)}")
-            earlier_s = spent_seconds(cache) if inductor_cache else 0.0
+            # A temporary cache is new to every run: nothing spent on it before.
+            cache = child_cache_dir(inductor_cache or Path(scratch), network, child)
+            earlier_s = spent_seconds(cache)
             started = time.perf_counter()
             result = run_child(["--child", "measure", "--network", network, "--plan-path", str(plan_path),
                                 "--which", child, "--repeats", str(repeats), "--replays", str(replays)],
                                timeout_s, child_env(str(cache), device))
             result["child_seconds"] = time.perf_counter() - started
-            if inductor_cache:
-                add_spent_seconds(cache, result["child_seconds"])
-                if earlier_s > 0:
-                    result["earlier_runs_s"] = earlier_s
+            add_spent_seconds(cache, result["child_seconds"])
+            if earlier_s > 0:
+                result["earlier_runs_s"] = earlier_s
             if device is not None:
                 result["device_index"] = device
             with lock:
