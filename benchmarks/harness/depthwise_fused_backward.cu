@@ -60,6 +60,7 @@ __device__ __forceinline__ void copy_region(T* dst, int dst_row, int rows, int c
   }
 }
 
+// Two channels as one 32-bit value, and their conversions to and from fp32.
 template <typename T> struct Pair;
 template <> struct Pair<__half> {
   using type = __half2;
@@ -72,7 +73,8 @@ template <> struct Pair<__nv_bfloat16> {
   static __device__ type t(float2 v) { return __float22bfloat162_rn(v); }
 };
 
-struct Geo {
+// One call's shapes, its launch choices and the shared-memory regions they give.
+struct Geometry {
   int n, c, h, w, p, q, ph, pw;
   int tp, tq;          // dy tile rows, columns (tq a multiple of kStrip)
   int cw, chunks;      // channels a block takes (16, 32 or 64), blocks across C
@@ -82,7 +84,7 @@ struct Geo {
 };
 
 template <int KS, int S>
-__host__ __device__ inline void regions(Geo& g) {
+__host__ __device__ inline void regions(Geometry& g) {
   g.xr = (g.tp - 1) * S + KS;
   g.xc = (g.tq - 1) * S + KS;
   g.dr = (g.tp * S + KS - 2) / S + 3;
@@ -91,7 +93,7 @@ __host__ __device__ inline void regions(Geo& g) {
   g.drow = g.dc * g.cw + kSkew;
 }
 
-inline size_t shared_bytes(const Geo& g, int ks, int kThreads) {
+inline size_t shared_bytes(const Geometry& g, int ks, int kThreads) {
   const size_t stage = 2 * static_cast<size_t>(g.xr * g.xrow + g.dr * g.drow) * 2;
   const int pairs = g.cw / 2, groups = kThreads / pairs;
   const size_t reduce = static_cast<size_t>(groups) * ks * ks * g.cw * sizeof(float);
@@ -101,7 +103,7 @@ inline size_t shared_bytes(const Geo& g, int ks, int kThreads) {
 
 template <typename T, int KS, int S, int kThreads, int CW>
 __global__ void __launch_bounds__(kThreads, 512 / kThreads)
-    dw_backward_fused(Geo g, const T* __restrict__ x, const T* __restrict__ dy, const T* __restrict__ wt,
+    dw_backward_fused(Geometry g, const T* __restrict__ x, const T* __restrict__ dy, const T* __restrict__ wt,
                       T* __restrict__ dx, float* __restrict__ partial) {
   using P2 = Pair<T>;
   using H2 = typename P2::type;
@@ -114,10 +116,10 @@ __global__ void __launch_bounds__(kThreads, 512 / kThreads)
   T* const xs = reinterpret_cast<T*>(smem);
   const size_t stage = 2 * static_cast<size_t>(g.xr * g.xrow + g.dr * g.drow) * 2;
   const size_t reduce = static_cast<size_t>(groups) * KS * KS * CW * sizeof(float);
-  float* const ws = reinterpret_cast<float*>(smem + (stage > reduce ? stage : reduce));
+  float* const taps = reinterpret_cast<float*>(smem + (stage > reduce ? stage : reduce));
   for (int e = threadIdx.x; e < KS * KS * cw; e += kThreads) {
     const int cl = e / (KS * KS), tap = e % (KS * KS);
-    ws[tap * CW + cl] = static_cast<float>(wt[static_cast<int64_t>(c0 + cl) * KS * KS + tap]);
+    taps[tap * CW + cl] = static_cast<float>(wt[static_cast<int64_t>(c0 + cl) * KS * KS + tap]);
   }
   float2 acc[KS][KS];
 #pragma unroll
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 512 / kThreads)
         for (int u = 0; u < kWin; ++u) win[u] = P2::f(row[u * ld]);
         float2 wr[KS];
 #pragma unroll
-        for (int s = 0; s < KS; ++s) wr[s] = *reinterpret_cast<const float2*>(ws + (r * KS + s) * CW + 2 * j);
+        for (int s = 0; s < KS; ++s) wr[s] = *reinterpret_cast<const float2*>(taps + (r * KS + s) * CW + 2 * j);
         auto add = [&](auto phase_c) {
           constexpr int ph0 = decltype(phase_c)::value;
           constexpr int lead = -((ph0 - KS + 1) >= 0 ? (ph0 - KS + 1) / S : -((-(ph0 - KS + 1) + S - 1) / S));
@@ -287,7 +289,7 @@ __global__ void sum_slices(const float* __restrict__ partial, int slices, int el
 }
 
 struct Launch {
-  Geo g;
+  Geometry g;
   int ks, s, slices, threads;
   size_t smem;
 };
@@ -295,7 +297,7 @@ struct Launch {
 bool plan(int n, int c, int h, int w, int p, int q, int ks, int s, int ph, int pw, int tp, int tq, int cw_max,
           int sms, int blocks_per_sm, int threads, Launch& out) {
   if (c % 8 || (ks != 3 && ks != 5) || (s != 1 && s != 2) || h > p * s || w > q * s || tq % kStrip) return false;
-  Geo g{};
+  Geometry g{};
   if (threads != 128 && threads != 256) return false;
   g.n = n; g.c = c; g.h = h; g.w = w; g.p = p; g.q = q; g.ph = ph; g.pw = pw; g.tp = tp; g.tq = tq;
   if (cw_max != 16 && cw_max != 32 && cw_max != 64) return false;
@@ -318,7 +320,7 @@ bool plan(int n, int c, int h, int w, int p, int q, int ks, int s, int ph, int p
 template <typename T, int KS, int S>
 int run(const Launch& l, const void* x, const void* dy, const void* wt, void* dx, void* dw, float* ws,
         cudaStream_t stream) {
-  using Kernel = void (*)(Geo, const T*, const T*, const T*, T*, float*);
+  using Kernel = void (*)(Geometry, const T*, const T*, const T*, T*, float*);
   const Kernel kernels[2][3] = {{dw_backward_fused<T, KS, S, 128, 16>, dw_backward_fused<T, KS, S, 128, 32>,
                                  dw_backward_fused<T, KS, S, 128, 64>},
                                 {dw_backward_fused<T, KS, S, 256, 16>, dw_backward_fused<T, KS, S, 256, 32>,
