@@ -91,17 +91,18 @@ def bounds(channels: int, size: int, filter_size: int, stride: int, peaks: Peaks
             "fma_ms": 2 * multiply_adds / (peaks.tflops["float32"] * 1e12) * 1e3}
 
 
-def build(directory: Path) -> Path:
+def build(directory: Path, source: Path = KERNEL_SOURCE) -> Path:
+    """``source`` compiled with nvcc into a shared library in ``directory``, for this GPU."""
     nvcc = shutil.which("nvcc") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     if not os.path.exists(nvcc):
         raise SystemExit("fused_backward.py needs nvcc to build its kernel: put it on PATH or set CUDA_HOME, "
                          "or pass --library with a built one")
-    library = directory / "depthwise_fused_backward.so"
+    library = directory / f"{source.stem}.so"
     import torch
 
     major, minor = torch.cuda.get_device_capability()
     subprocess.run([nvcc, "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-shared", "-Xcompiler", "-fPIC",
-                    f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}", str(KERNEL_SOURCE), "-o",
+                    f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}", str(source), "-o",
                     str(library)], check=True)
     return library
 
@@ -130,9 +131,43 @@ def relative_error(out, reference) -> float:
     return error if error == error else float("inf")
 
 
+def stock_backward(dy, x, weight, geometry: tuple, references: tuple, reps: int) -> dict:
+    """Stock's ``convolution_backward`` under ``benchmark=True``, both gradients in one call as a
+    training step makes it: its time and its errors against the float64 ``references``."""
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    call = lambda: torch.ops.aten.convolution_backward(dy, x, weight, None, *geometry)  # noqa: E731
+    dx, dw, _ = call()
+    return {"time_ms": timed(call, reps), "max_rel_error": [relative_error(dx, references[0]),
+                                                            relative_error(dw, references[1])]}
+
+
+def checked_run(call, outputs: tuple, references: tuple, reps: int) -> dict:
+    """One launch choice of a candidate kernel: its outputs, filled with NaN first (an element it
+    does not write shows), checked against the float64 ``references``, then timed. ``call``
+    returns the kernel's status (0: launched)."""
+    import torch
+
+    for out in outputs:
+        out.fill_(float("nan"))
+    status = call()
+    torch.cuda.synchronize()
+    if status != 0:
+        return {"status": f"CUDA error {status}" if status > 0 else "does not apply"}
+    errors = [relative_error(out, reference) for out, reference in zip(outputs, references)]
+    return {"status": "ok", "time_ms": timed(call, reps), "max_rel_error": errors}
+
+
+def fastest_passing(sweep: list[dict], tolerance: float) -> dict:
+    """The fastest run of a sweep within ``tolerance``, how many ran, and those that failed."""
+    passing = [row for row in sweep if row["status"] == "ok" and max(row["max_rel_error"]) <= tolerance]
+    return {"fused": min(passing, key=lambda row: row["time_ms"]) if passing else None,
+            "fused_choices": len(sweep), "fused_failures": [row for row in sweep if row not in passing]}
+
+
 def measure_layer(library, channels: int, size: int, filter_size: int, stride: int, reps: int) -> dict:
     import torch
-    import torch_cudnn_algo as tca
 
     pad, out = filter_size // 2, output_size(size, filter_size, stride)
     generator = torch.Generator(device="cuda").manual_seed(0)
@@ -142,15 +177,9 @@ def measure_layer(library, channels: int, size: int, filter_size: int, stride: i
     dy = torch.randn(BATCH, channels, out, out, device="cuda", generator=generator).half()
     dy = dy.to(memory_format=torch.channels_last)
     geometry = ([stride, stride], [pad, pad], [1, 1], False, [0, 0], channels, [True, True, False])
-    dx64, dw64, _ = torch.ops.aten.convolution_backward(dy.double(), x.double(), weight.double(), None, *geometry)
+    references = torch.ops.aten.convolution_backward(dy.double(), x.double(), weight.double(), None, *geometry)[:2]
     tolerance = tuner_tolerance("float16", False)
-    record: dict = {"tolerance": tolerance}
-
-    torch.backends.cudnn.benchmark = True
-    stock = lambda: torch.ops.aten.convolution_backward(dy, x, weight, None, *geometry)  # noqa: E731
-    stock_dx, stock_dw, _ = stock()
-    record["stock"] = {"time_ms": timed(stock, reps),
-                       "max_rel_error": [relative_error(stock_dx, dx64), relative_error(stock_dw, dw64)]}
+    record: dict = {"tolerance": tolerance, "stock": stock_backward(dy, x, weight, geometry, references, reps)}
 
     dx, dw = torch.empty_like(x), torch.empty_like(weight)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -164,24 +193,24 @@ def measure_layer(library, channels: int, size: int, filter_size: int, stride: i
         workspace = torch.empty(max(1, workspace_bytes // 4), device="cuda", dtype=torch.float32)
         pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, dy, weight, dx, dw, workspace)]
         call = lambda: library.dw_fused_backward(0, *shape, *pointers, stream)  # noqa: E731
-        dx.fill_(float("nan"))
-        dw.fill_(float("nan"))
-        status = call()
-        torch.cuda.synchronize()
         choice = {"tile_rows": tp, "tile_columns": tq, "block_channels": cw, "blocks_per_sm": blocks,
                   "threads": threads}
-        if status != 0:
-            sweep.append({**choice, "status": f"CUDA error {status}"})
-            continue
-        errors = [relative_error(dx, dx64), relative_error(dw, dw64)]
-        sweep.append({**choice, "status": "ok", "time_ms": timed(call, reps), "max_rel_error": errors})
-    passing = [row for row in sweep if row["status"] == "ok" and max(row["max_rel_error"]) <= tolerance]
-    record["fused"] = min(passing, key=lambda row: row["time_ms"]) if passing else None
-    record["fused_choices"] = len(sweep)
-    record["fused_failures"] = [row for row in sweep if row not in passing]
+        sweep.append({**choice, **checked_run(call, (dx, dw), references, reps)})
+    record.update(fastest_passing(sweep, tolerance))
 
     spec = f"conv2d {BATCH}x{channels}x{size}x{size} -> {channels}x{filter_size}x{filter_size} s{stride} p{pad} " \
            f"g{channels} fp16 channels_last"
+    record.update(best_per_direction(spec, reps, tolerance))
+    return record
+
+
+def best_per_direction(spec: str, reps: int, tolerance: float) -> dict:
+    """For each backward direction of the convolution ``spec`` (a ConvSpec string without its
+    direction), cuDNN's fastest candidate within ``tolerance`` of float64 and ``"tca.direct"``'s
+    time where it runs within it (``torch_cudnn_algo.profile``)."""
+    import torch_cudnn_algo as tca
+
+    record = {}
     for direction in DIRECTIONS:
         table = tca.profile(f"{spec} {direction}", energy=False, reps=reps, warmup=3)
         cudnn = [row for row in table if row.ok and row.value not in (None, "tca.direct") and row.time_ms

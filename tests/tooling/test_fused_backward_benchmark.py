@@ -100,3 +100,38 @@ def test_building_without_nvcc_says_what_to_do(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
     with pytest.raises(SystemExit, match="needs nvcc.*CUDA_HOME.*--library"):
         fused_backward.build(tmp_path)
+
+
+def test_a_checked_run_reports_an_unwritten_output_as_an_infinite_error(monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(fused_backward, "timed", lambda call, reps: 0.05)
+    reference = torch.ones(4, dtype=torch.float64)
+    written, unwritten = torch.empty(4), torch.empty(4)
+
+    def call() -> int:
+        written.copy_(reference * 1.001)  # the kernel writes dx, forgets dw
+        return 0
+
+    row = fused_backward.checked_run(call, (written, unwritten), (reference, reference), reps=3)
+    assert row["status"] == "ok" and row["time_ms"] == 0.05
+    assert row["max_rel_error"][0] == pytest.approx(1e-3, rel=1e-3) and row["max_rel_error"][1] == float("inf")
+    assert fused_backward.fastest_passing([row], 0.01) == {"fused": None, "fused_choices": 1, "fused_failures": [row]}
+
+
+def test_a_failed_launch_is_named_and_not_timed(monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    out = torch.empty(2)
+    assert fused_backward.checked_run(lambda: 700, (out,), (out.double(),), reps=3) == {"status": "CUDA error 700"}
+    assert fused_backward.checked_run(lambda: -1, (out,), (out.double(),), reps=3) == {"status": "does not apply"}
+
+
+def test_the_fastest_passing_run_wins() -> None:
+    sweep = [{"status": "ok", "time_ms": 0.03, "max_rel_error": [1e-4, 2e-2]},   # fast but wrong
+             {"status": "ok", "time_ms": 0.05, "max_rel_error": [1e-4, 1e-4]},
+             {"status": "ok", "time_ms": 0.04, "max_rel_error": [1e-4, 3e-4]},
+             {"status": "CUDA error 700"}]
+    chosen = fused_backward.fastest_passing(sweep, 0.01)
+    assert chosen["fused"] is sweep[2] and chosen["fused_choices"] == 4
+    assert chosen["fused_failures"] == [sweep[0], sweep[3]]
