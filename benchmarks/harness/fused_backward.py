@@ -255,12 +255,8 @@ def network_totals(report: dict) -> dict[str, dict[str, float]]:
 def render(report: dict) -> str:
     env = report["environment"]
     peaks = peaks_of(env.get("device"))
-    lines = [
-        "# A fused depthwise backward pass against cuDNN, layer by layer",
-        "",
-        f"{env.get('device')}, torch {env.get('torch')}, cuDNN {env.get('cudnn')}, {report['date']}. "
-        f"Command: `python benchmarks/fused_backward.py --reps {report['reps']}`.",
-        "",
+    lines = results.heading("A fused depthwise backward pass against cuDNN, layer by layer", report,
+                            f"python benchmarks/fused_backward.py --reps {report['reps']}") + [
         "Every depthwise layer of MobileNetV3 and EfficientNet-B0 (fp16 channels_last, batch 64), both "
         "gradients. Median GPU time per backward pass (CUDA events). *stock*: `convolution_backward` under "
         "`benchmark=True`, one call for both gradients; *best pair*: per direction the faster of cuDNN's best "

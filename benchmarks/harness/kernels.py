@@ -104,13 +104,9 @@ def speedup(record: dict) -> float | None:
 def render(report: dict) -> str:
     env = report["environment"]
     peaks = peaks_of(env.get("device"))
-    lines = [
-        "# Our direct kernels against cuDNN's best, layer by layer",
-        "",
-        f"{env.get('device')}, torch {env.get('torch')}, cuDNN {env.get('cudnn')}, {report['date']}. "
-        f"Command: `python benchmarks/kernels.py --reps {report['reps']}"
-        + (f" --only {report['only']}" if report.get("only") else "") + "`.",
-        "",
+    only = f" --only {report['only']}" if report.get("only") else ""
+    lines = results.heading("Our direct kernels against cuDNN's best, layer by layer", report,
+                            f"python benchmarks/kernels.py --reps {report['reps']}{only}") + [
         "Median GPU time per call (CUDA events) on the same operands; *cuDNN best* is the fastest of "
         "cuDNN's candidates within the tuner's accuracy rule against float64; *ours/best* > 1 means "
         "`tca.direct` is faster. "

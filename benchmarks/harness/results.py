@@ -19,7 +19,8 @@ from .internal import own_kernels_built
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["REPO_ROOT", "cudnn_text", "device_slug", "dumps", "environment", "error_text", "finite", "nested", "now_iso",
+__all__ = ["REPO_ROOT", "cudnn_text", "device_slug", "dumps", "environment", "error_text", "finite", "heading", "nested",
+           "now_iso",
            "progress", "set_progress_label", "write_json"]
 
 
@@ -116,6 +117,15 @@ def cudnn_text(version: int | str | None) -> str | None:
     if version >= 90000:
         return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
     return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
+
+
+def heading(title: str, report: dict, command: str) -> list[str]:
+    """A result page's first lines: its title, then the machine, library versions and date the
+    run recorded and the command that made it."""
+    env = report["environment"]
+    return [f"# {title}", "",
+            f"{env.get('device')}, torch {env.get('torch')}, cuDNN {env.get('cudnn')}, {report['date']}. "
+            f"Command: `{command}`.", ""]
 
 
 def environment() -> dict[str, object]:
