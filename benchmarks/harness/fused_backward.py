@@ -36,7 +36,6 @@ from .stats import num
 
 KERNEL_SOURCE = Path(__file__).resolve().parent / "depthwise_fused_backward.cu"
 MOBILENET, EFFICIENTNET = "mobilenet_v3_large", "efficientnet_b0"
-NETWORKS = (MOBILENET, EFFICIENTNET)
 # (channels, input height = width, filter size, stride, {network: calls per training step}),
 # batch 64, padding filter // 2: every depthwise layer of the two networks.
 LAYERS: list[tuple[int, int, int, int, dict[str, int]]] = [
@@ -95,7 +94,7 @@ def build(directory: Path, source: Path = KERNEL_SOURCE) -> Path:
     """``source`` compiled with nvcc into a shared library in ``directory``, for this GPU."""
     nvcc = shutil.which("nvcc") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     if not os.path.exists(nvcc):
-        raise SystemExit("fused_backward.py needs nvcc to build its kernel: put it on PATH or set CUDA_HOME, "
+        raise SystemExit(f"building {source.name} needs nvcc: put it on PATH or set CUDA_HOME, "
                          "or pass --library with a built one")
     library = directory / f"{source.stem}.so"
     import torch
