@@ -37,7 +37,7 @@ from pathlib import Path
 from .cli import child_environment, parse_child_output
 from .config import CHILD_RESULT_PREFIX, WARMUP_STEPS
 from .networks import ZOO
-from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, set_progress_label, \
+from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, publish, set_progress_label, \
     write_json
 from .stats import num, rotated
 
@@ -358,8 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         report["networks"][network] = run_child(network, args, timeout)
         write_json(path, report)  # each network kept as soon as it is measured
     markdown = render(report)
-    stem.with_suffix(".md").write_text(markdown)
-    print(markdown, end="")
+    publish(stem.with_suffix(".md"), markdown)
     if unfinished:
         progress(f"not started (time budget): {', '.join(unfinished)}")
     return 0 if not unfinished and all("error" not in report["networks"][n] for n in networks) else 1

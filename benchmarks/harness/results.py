@@ -20,7 +20,7 @@ from .internal import own_kernels_built
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["REPO_ROOT", "cudnn_text", "device_slug", "dumps", "environment", "error_text", "finite", "heading", "nested",
-           "now_iso",
+           "now_iso", "publish",
            "progress", "set_progress_label", "write_json"]
 
 
@@ -126,6 +126,12 @@ def heading(title: str, report: dict, command: str) -> list[str]:
     return [f"# {title}", "",
             f"{env.get('device')}, torch {env.get('torch')}, cuDNN {env.get('cudnn')}, {report['date']}. "
             f"Command: `{command}`.", ""]
+
+
+def publish(path: Path, markdown: str) -> None:
+    """Writes a result page to ``path`` and prints it."""
+    path.write_text(markdown)
+    print(markdown, end="", flush=True)
 
 
 def environment() -> dict[str, object]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .networks import ZOO
-from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, write_json
+from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, publish, write_json
 from .stats import num
 
 DEFAULT_NETWORKS = ("mobilenet_v3_large", "efficientnet_b0", "conv_tasnet")
@@ -238,6 +238,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["networks"].append({"name": network, "error": error_text(exc)})
         write_json(stem.with_suffix(".json"), report)
     markdown = render(report)
-    stem.with_suffix(".md").write_text(markdown)
-    print(markdown, end="")
+    publish(stem.with_suffix(".md"), markdown)
     return 0

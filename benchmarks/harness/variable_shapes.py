@@ -36,7 +36,7 @@ from pathlib import Path
 from .cli import child_environment, parse_child_output
 from .config import CHILD_RESULT_PREFIX, FASTEST_ENV
 from .internal import decision_counts
-from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, write_json
+from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, publish, write_json
 from .stats import num
 
 SCRIPT = REPO_ROOT / "benchmarks" / "variable_shapes.py"
@@ -268,6 +268,5 @@ def main(argv: list[str] | None = None) -> int:
     stem = args.out / f"variable-shapes-{device_slug(report['device'])}-{report['date']}"
     write_json(stem.with_suffix(".json"), report)
     markdown = render(report)
-    stem.with_suffix(".md").write_text(markdown)
-    print(markdown, end="")
+    publish(stem.with_suffix(".md"), markdown)
     return 0
