@@ -20,8 +20,7 @@ from .internal import own_kernels_built
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["REPO_ROOT", "cudnn_text", "device_slug", "dumps", "environment", "error_text", "finite", "heading", "nested",
-           "now_iso", "publish",
-           "progress", "set_progress_label", "write_json"]
+           "now_iso", "progress", "publish", "set_progress_label", "write_json"]
 
 
 class _Log:
