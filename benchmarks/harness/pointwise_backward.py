@@ -1,0 +1,236 @@
+"""A fused 1x1 backward pass against cuDNN, layer by layer: on the 1x1 convolutions of
+MobileNetV3 and EfficientNet-B0 (fp16 channels_last, batch 64, as the zoo trains them; the
+squeeze-and-excitation layers, one pixel an image, left out), the candidate kernel of
+``pointwise_fused_backward.cu`` (input and filter gradient from one read of dy, on tensor cores)
+is checked against float64 and timed over its launch choices, beside
+
+* stock's ``convolution_backward`` under ``benchmark=True`` (both gradients, one call, as a
+  training step runs it),
+* the best pair: per direction the faster of cuDNN's best candidate within the tuner's accuracy
+  rule and ``"tca.direct"`` (``torch_cudnn_algo.profile``), which is what a tuned plan runs.
+
+    python benchmarks/pointwise_backward.py [--reps 11] [--out benchmarks/results]
+    python benchmarks/pointwise_backward.py --render benchmarks/results/pointwise-backward-<gpu>-<date>.json
+
+Needs nvcc (the kernel is built into a temporary folder, or ``--library`` names a built one).
+Writes ``<out>/pointwise-backward-<gpu>-<date>.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import results
+from .fused_backward import (EFFICIENTNET, MOBILENET, best_pair_ms, best_per_direction, build,
+                             checked_run, fastest_passing, network_totals, stock_backward)
+from .internal import tuner_tolerance
+from .roofline import Peaks, peaks_of
+from .stats import num
+
+KERNEL_SOURCE = Path(__file__).resolve().parent / "pointwise_fused_backward.cu"
+BATCH = 64
+# (input channels, output channels, height = width, {network: calls per training step}): the
+# 1x1 convolutions of the two networks with more than one pixel an image.
+LAYERS: list[tuple[int, int, int, dict[str, int]]] = [
+    (16, 16, 112, {MOBILENET: 1}),
+    (16, 64, 112, {MOBILENET: 1}),
+    (64, 24, 56, {MOBILENET: 1}),
+    (24, 72, 56, {MOBILENET: 2}),
+    (72, 24, 56, {MOBILENET: 1}),
+    (72, 40, 28, {MOBILENET: 1}),
+    (40, 120, 28, {MOBILENET: 2}),
+    (120, 40, 28, {MOBILENET: 2}),
+    (40, 240, 28, {MOBILENET: 1, EFFICIENTNET: 2}),
+    (240, 80, 14, {MOBILENET: 1, EFFICIENTNET: 1}),
+    (80, 200, 14, {MOBILENET: 1}),
+    (200, 80, 14, {MOBILENET: 1}),
+    (80, 184, 14, {MOBILENET: 2}),
+    (184, 80, 14, {MOBILENET: 2}),
+    (80, 480, 14, {MOBILENET: 1, EFFICIENTNET: 3}),
+    (480, 112, 14, {MOBILENET: 1, EFFICIENTNET: 1}),
+    (112, 672, 14, {MOBILENET: 2, EFFICIENTNET: 3}),
+    (672, 112, 14, {MOBILENET: 1, EFFICIENTNET: 2}),
+    (672, 160, 7, {MOBILENET: 1}),
+    (160, 960, 7, {MOBILENET: 3}),
+    (960, 160, 7, {MOBILENET: 2}),
+    (32, 16, 112, {EFFICIENTNET: 1}),
+    (16, 96, 112, {EFFICIENTNET: 1}),
+    (96, 24, 56, {EFFICIENTNET: 1}),
+    (24, 144, 56, {EFFICIENTNET: 2}),
+    (144, 24, 56, {EFFICIENTNET: 1}),
+    (144, 40, 28, {EFFICIENTNET: 1}),
+    (240, 40, 28, {EFFICIENTNET: 1}),
+    (480, 80, 14, {EFFICIENTNET: 2}),
+    (672, 192, 7, {EFFICIENTNET: 1}),
+    (192, 1152, 7, {EFFICIENTNET: 4}),
+    (1152, 192, 7, {EFFICIENTNET: 3}),
+    (1152, 320, 7, {EFFICIENTNET: 1}),
+    (320, 1280, 7, {EFFICIENTNET: 1}),
+]
+# Blocks per SM the grid is sized for (each block writes one slice of dw partials).
+SWEEP = (1, 2, 3, 4)
+
+
+def label_of(c_in: int, c_out: int, size: int) -> str:
+    return f"{BATCH}x{c_in}x{size}x{size} -> {c_out}"
+
+
+def bounds(c_in: int, c_out: int, size: int, peaks: Peaks) -> dict:
+    """The least time of the fused pass (x and dy read, dx written, the weight and its gradient)
+    and of the two separate calls (each reads dy), at the memory's peak."""
+    pixels = BATCH * size * size
+    weight = c_in * c_out
+    fused = 2 * (2 * pixels * c_in + pixels * c_out + 2 * weight)
+    separate = 2 * (2 * pixels * c_in + 2 * pixels * c_out + 2 * weight)
+    scale = 1e3 / (peaks.tb_per_s * 1e12)
+    return {"memory_ms": fused * scale, "separate_memory_ms": separate * scale}
+
+
+def measure_layer(library, c_in: int, c_out: int, size: int, reps: int) -> dict:
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(BATCH, c_in, size, size, device="cuda", generator=generator).half()
+    x = x.to(memory_format=torch.channels_last)
+    weight = torch.randn(c_out, c_in, 1, 1, device="cuda", generator=generator).half()
+    dy = torch.randn(BATCH, c_out, size, size, device="cuda", generator=generator).half()
+    dy = dy.to(memory_format=torch.channels_last)
+    geometry = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
+    references = torch.ops.aten.convolution_backward(dy.double(), x.double(), weight.double(), None, *geometry)[:2]
+    tolerance = tuner_tolerance("float16", False)
+    record: dict = {"tolerance": tolerance, "stock": stock_backward(dy, x, weight, geometry, references, reps)}
+
+    dx, dw = torch.empty_like(x), torch.empty_like(weight)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    sweep = []
+    for blocks in SWEEP:
+        # The kernel's matrices: x [pixels][c_in], dy [pixels][c_out], the weight [c_out][c_in].
+        shape = (BATCH * size * size, c_out, c_in, sms, blocks)
+        workspace_bytes = library.pw_backward_workspace(*shape)
+        if workspace_bytes < 0:
+            continue
+        workspace = torch.empty(max(1, workspace_bytes // 4), device="cuda", dtype=torch.float32)
+        pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, dy, weight, dx, dw, workspace)]
+        call = lambda: library.pw_backward(0, *shape, *pointers, stream)  # noqa: E731
+        sweep.append({"blocks_per_sm": blocks, **checked_run(call, (dx, dw), references, reps)})
+    record.update(fastest_passing(sweep, tolerance))
+    record.update(best_per_direction(f"conv2d {BATCH}x{c_in}x{size}x{size} -> {c_out}x1x1 s1 p0 fp16 channels_last",
+                                     reps, tolerance))
+    return record
+
+
+def render(report: dict) -> str:
+    env = report["environment"]
+    peaks = peaks_of(env.get("device"))
+    lines = [
+        "# A fused 1x1 backward pass against cuDNN, layer by layer",
+        "",
+        f"{env.get('device')}, torch {env.get('torch')}, cuDNN {env.get('cudnn')}, {report['date']}. "
+        f"Command: `python benchmarks/pointwise_backward.py --reps {report['reps']}`.",
+        "",
+        "The 1x1 convolutions of MobileNetV3 and EfficientNet-B0 (fp16 channels_last, batch 64; not the "
+        "squeeze-and-excitation layers), both gradients. Median GPU time per backward pass (CUDA events). "
+        "*stock*: `convolution_backward` under `benchmark=True`, one call for both gradients; *best pair*: per "
+        "direction the faster of cuDNN's best candidate within the tuner's accuracy rule and `tca.direct`, added "
+        "(what a tuned plan runs); "
+        "*fused*: `benchmarks/harness/pointwise_fused_backward.cu` at the fastest of its grid sizes within that "
+        "rule; - where it does not apply (dy^T x too large for its registers). "
+        + (f"*memory bound*: x and dy read and dx written once at {peaks.tb_per_s} TB/s (the separate calls "
+           "read dy twice)." if peaks else "No peaks are known for this GPU: no bounds."),
+        "",
+        "| layer | calls | stock ms | best pair ms | fused ms (blocks/SM) | best pair / fused | memory bound ms "
+        "(separate) | fused / memory bound | fused max rel err (dx, dw) |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    gains = []
+    for record in report["layers"]:
+        calls = ", ".join(f"{network.split('_')[0]} {count}" for network, count in record["calls"].items())
+        if record.get("error"):
+            lines.append(f"| {record['label']} | {calls} | error: {record['error']} | | | | | | |")
+            continue
+        fused, pair = record.get("fused"), best_pair_ms(record)
+        fused_text, gain, against_bound, error = "-", None, "-", "-"
+        if fused:
+            fused_text = f"{num(fused['time_ms'], 3)} ({fused['blocks_per_sm']})"
+            gain = pair / fused["time_ms"] if pair else None
+            if record.get("memory_ms"):
+                against_bound = num(fused["time_ms"] / record["memory_ms"], 1)
+            error = ", ".join(f"{e:.1e}" for e in fused["max_rel_error"])
+        if gain is not None:
+            gains.append(gain)
+        bound_text = (f"{num(record.get('memory_ms'), 4)} ({num(record.get('separate_memory_ms'), 4)})"
+                      if record.get("memory_ms") else "-")
+        lines.append(f"| {record['label']} | {calls} | {num(record['stock']['time_ms'], 3)} | {num(pair, 3)} | "
+                     f"{fused_text} | {num(gain, 2)} | {bound_text} | {against_bound} | {error} |")
+    if gains:
+        ordered = sorted(gains)
+        lines += ["", f"Fused against the best pair: {sum(g > 1 for g in gains)} of {len(gains)} layers it applies to "
+                      f"faster, {sum(g >= 1.5 for g in gains)} at least 1.5x; median {ordered[len(ordered) // 2]:.2f}x, "
+                      f"min {ordered[0]:.2f}x, max {ordered[-1]:.2f}x."]
+    totals = network_totals(report)
+    if totals:
+        lines += ["", "Per training step, the backward passes of these layers (ms):", "",
+                  "| network | stock | best pair | best pair, fused where faster | saving |", "|---|--:|--:|--:|--:|"]
+        for network, entry in totals.items():
+            lines.append(f"| {network} | {num(entry['stock_ms'], 3)} | {num(entry['best_pair_ms'], 3)} | "
+                         f"{num(entry['with_fused_ms'], 3)} | "
+                         f"{num(entry['best_pair_ms'] - entry['with_fused_ms'], 3)} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_bounds(record: dict, peaks: Peaks | None) -> dict:
+    if peaks is None:
+        record.update(memory_ms=None, separate_memory_ms=None)
+    else:
+        record.update(bounds(record["c_in"], record["c_out"], record["size"], peaks))
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=11)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
+    parser.add_argument("--library", type=Path, help="a built pointwise_fused_backward.so instead of building one")
+    parser.add_argument("--render", type=Path, metavar="JSON", help="print a saved result's markdown; no GPU")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error(f"--reps must be at least 1, got {args.reps}")
+    if args.render:
+        report = json.loads(args.render.read_text())
+        peaks = peaks_of(report["environment"].get("device"))
+        report["layers"] = [with_bounds(record, peaks) for record in report["layers"]]
+        sys.stdout.write(render(report))
+        return 0
+    report = {"environment": results.environment(), "date": results.now_iso()[:10], "reps": args.reps, "layers": []}
+    peaks = peaks_of(report["environment"].get("device"))
+    stem = f"pointwise-backward-{results.device_slug(report['environment']['device'])}-{report['date']}"
+    with tempfile.TemporaryDirectory() as scratch:
+        library = ctypes.CDLL(str(args.library or build(Path(scratch), KERNEL_SOURCE)))
+        library.pw_backward_workspace.restype = ctypes.c_longlong
+        library.pw_backward_workspace.argtypes = [ctypes.c_longlong, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                  ctypes.c_int]
+        library.pw_backward.argtypes = [ctypes.c_int, ctypes.c_longlong] + [ctypes.c_int] * 4 + [ctypes.c_void_p] * 7
+        for c_in, c_out, size, calls in LAYERS:
+            started = time.perf_counter()
+            record = {"label": label_of(c_in, c_out, size), "c_in": c_in, "c_out": c_out, "size": size,
+                      "calls": calls}
+            try:
+                record.update(measure_layer(library, c_in, c_out, size, args.reps))
+            except Exception as exc:  # one failing layer must not lose the others
+                record["error"] = results.error_text(exc)
+            report["layers"].append(with_bounds(record, peaks))
+            results.progress(f"{record['label']}: fused {(record.get('fused') or {}).get('time_ms')} ms, best pair "
+                             f"{best_pair_ms(record) if not record.get('error') else None} ms "
+                             f"({time.perf_counter() - started:.1f} s)")
+            results.write_json(args.out / f"{stem}.json", report)
+    markdown = render(report)
+    (args.out / f"{stem}.md").write_text(markdown)
+    sys.stdout.write(markdown)
+    return 0
