@@ -129,12 +129,8 @@ def measure_layer(library, c_in: int, c_out: int, size: int, reps: int) -> dict:
 def render(report: dict) -> str:
     env = report["environment"]
     peaks = peaks_of(env.get("device"))
-    lines = [
-        "# A fused 1x1 backward pass against cuDNN, layer by layer",
-        "",
-        f"{env.get('device')}, torch {env.get('torch')}, cuDNN {env.get('cudnn')}, {report['date']}. "
-        f"Command: `python benchmarks/pointwise_backward.py --reps {report['reps']}`.",
-        "",
+    lines = results.heading("A fused 1x1 backward pass against cuDNN, layer by layer", report,
+                            f"python benchmarks/pointwise_backward.py --reps {report['reps']}") + [
         "The 1x1 convolutions of MobileNetV3 and EfficientNet-B0 (fp16 channels_last, batch 64; not the "
         "squeeze-and-excitation layers), both gradients. Median GPU time per backward pass (CUDA events). "
         "*stock*: `convolution_backward` under `benchmark=True`, one call for both gradients; *best pair*: per "
