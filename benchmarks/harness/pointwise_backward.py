@@ -73,8 +73,9 @@ LAYERS: list[tuple[int, int, int, dict[str, int]]] = [
     (1152, 320, 7, {EFFICIENTNET: 1}),
     (320, 1280, 7, {EFFICIENTNET: 1}),
 ]
-# Blocks per SM the grid is sized for (each block writes one slice of dw partials).
-SWEEP = (1, 2, 3, 4)
+# The kernel's launch choices: pixels a tile, and blocks per SM the grid is sized for (each block
+# writes one slice of dw partials).
+SWEEP = [(tile, blocks) for tile in (64, 128) for blocks in (1, 2, 3, 4)]
 
 
 def label_of(c_in: int, c_out: int, size: int) -> str:
@@ -110,16 +111,16 @@ def measure_layer(library, c_in: int, c_out: int, size: int, reps: int) -> dict:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
     sweep = []
-    for blocks in SWEEP:
+    for tile, blocks in SWEEP:
         # The kernel's matrices: x [pixels][c_in], dy [pixels][c_out], the weight [c_out][c_in].
-        shape = (BATCH * size * size, c_out, c_in, sms, blocks)
+        shape = (BATCH * size * size, c_out, c_in, sms, blocks, tile)
         workspace_bytes = library.pw_backward_workspace(*shape)
         if workspace_bytes < 0:
             continue
         workspace = torch.empty(max(1, workspace_bytes // 4), device="cuda", dtype=torch.float32)
         pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, dy, weight, dx, dw, workspace)]
         call = lambda: library.pw_backward(0, *shape, *pointers, stream)  # noqa: E731
-        sweep.append({"blocks_per_sm": blocks, **checked_run(call, (dx, dw), references, reps)})
+        sweep.append({"tile_pixels": tile, "blocks_per_sm": blocks, **checked_run(call, (dx, dw), references, reps)})
     record.update(fastest_passing(sweep, tolerance))
     record.update(best_per_direction(f"conv2d {BATCH}x{c_in}x{size}x{size} -> {c_out}x1x1 s1 p0 fp16 channels_last",
                                      reps, tolerance))
@@ -136,12 +137,12 @@ def render(report: dict) -> str:
         "*stock*: `convolution_backward` under `benchmark=True`, one call for both gradients; *best pair*: per "
         "direction the faster of cuDNN's best candidate within the tuner's accuracy rule and `tca.direct`, added "
         "(what a tuned plan runs); "
-        "*fused*: `benchmarks/harness/pointwise_fused_backward.cu` at the fastest of its grid sizes within that "
+        "*fused*: `benchmarks/harness/pointwise_fused_backward.cu` at the fastest of its tile and grid sizes within that "
         "rule; - where it does not apply (dy^T x too large for its registers). "
         + (f"*memory bound*: x and dy read and dx written once at {peaks.tb_per_s} TB/s (the separate calls "
            "read dy twice)." if peaks else "No peaks are known for this GPU: no bounds."),
         "",
-        "| layer | calls | stock ms | best pair ms | fused ms (blocks/SM) | best pair / fused | memory bound ms "
+        "| layer | calls | stock ms | best pair ms | fused ms (tile, blocks/SM) | best pair / fused | memory bound ms "
         "(separate) | fused / memory bound | fused max rel err (dx, dw) |",
         "|---|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
@@ -154,7 +155,7 @@ def render(report: dict) -> str:
         fused, pair = record.get("fused"), best_pair_ms(record)
         fused_text, gain, against_bound, error = "-", None, "-", "-"
         if fused:
-            fused_text = f"{num(fused['time_ms'], 3)} ({fused['blocks_per_sm']})"
+            fused_text = f"{num(fused['time_ms'], 3)} ({fused['tile_pixels']} px, {fused['blocks_per_sm']}/SM)"
             gain = pair / fused["time_ms"] if pair else None
             if record.get("memory_ms"):
                 against_bound = num(fused["time_ms"] / record["memory_ms"], 1)
@@ -210,9 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         library = ctypes.CDLL(str(args.library or build(Path(scratch), KERNEL_SOURCE)))
         library.pw_backward_workspace.restype = ctypes.c_longlong
-        library.pw_backward_workspace.argtypes = [ctypes.c_longlong, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                  ctypes.c_int]
-        library.pw_backward.argtypes = [ctypes.c_int, ctypes.c_longlong] + [ctypes.c_int] * 4 + [ctypes.c_void_p] * 7
+        library.pw_backward_workspace.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 5
+        library.pw_backward.argtypes = [ctypes.c_int, ctypes.c_longlong] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 7
         for c_in, c_out, size, calls in LAYERS:
             started = time.perf_counter()
             record = {"label": label_of(c_in, c_out, size), "c_in": c_in, "c_out": c_out, "size": size,

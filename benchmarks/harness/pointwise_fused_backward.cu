@@ -4,7 +4,7 @@
 // pixels: x [M][C], dy [M][K], weight [K][C];
 //   dx = dy . weight        [M][C]   (written once, tile by tile)
 //   dw = dy^T . x           [K][C]   (a small result over a reduction of M)
-// A block takes tiles of kTileM pixels in turn (grid-stride), copies the tile's rows of dy and x
+// A block takes tiles of 64 or 128 pixels (kTileM) in turn (grid-stride), copies the tile's rows of dy and x
 // into shared memory (cp.async, two buffers: the next tile's copies in flight behind this tile's
 // products), multiplies dy by the weight (staged once) for the tile's dx, and adds dy^T x into
 // fp32 accumulators that stay in registers across all its tiles. Each block then writes one
@@ -24,7 +24,6 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTileM = 64;              // pixels a tile: four 16-row fragments
 constexpr int kSkew = 8;                // elements added to each staged row (banks; wmma's ldm rule)
 constexpr int kMaxDwFragments = 6;      // dw's 16x16 result tiles a warp holds
 constexpr int kScratchLd = 16 + 4;      // floats, a warp's accumulator scratch row
@@ -34,6 +33,7 @@ struct Geometry {
   int k, c;        // dy's and x's channels
   int kp, cp;      // padded to 16
   int dy_ld, x_ld, w_ld;  // staged row strides, elements
+  int tile_m;      // pixels a tile (64 or 128)
 };
 
 __device__ __forceinline__ void copy16(void* dst, const void* src, bool in) {
@@ -48,13 +48,13 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 }
 
 inline size_t shared_bytes(const Geometry& g) {
-  const size_t stage = static_cast<size_t>(kTileM) * (g.dy_ld + g.x_ld) * 2;
+  const size_t stage = static_cast<size_t>(g.tile_m) * (g.dy_ld + g.x_ld) * 2;
   const size_t weight = static_cast<size_t>(g.kp) * g.w_ld * 2;
   const size_t scratch = static_cast<size_t>(kWarps) * 16 * kScratchLd * sizeof(float);
   return 2 * stage + weight + scratch;
 }
 
-template <typename T, int kDwPerWarp>
+template <typename T, int kDwPerWarp, int kTileM>
 __global__ void __launch_bounds__(kThreads)
     pointwise_backward(Geometry g, const T* __restrict__ x, const T* __restrict__ dy, const T* __restrict__ wt,
                        T* __restrict__ dx, float* __restrict__ partial) {
@@ -203,10 +203,10 @@ struct Launch {
   size_t smem;
 };
 
-bool plan(int64_t m, int k, int c, int sms, int blocks_per_sm, Launch& out) {
-  if (m < 1 || k < 8 || c < 8 || k % 8 || c % 8) return false;
+bool plan(int64_t m, int k, int c, int sms, int blocks_per_sm, int tile_m, Launch& out) {
+  if ((tile_m != 64 && tile_m != 128) || m < 1 || k < 8 || c < 8 || k % 8 || c % 8) return false;
   Geometry g{};
-  g.m = m; g.k = k; g.c = c;
+  g.m = m; g.k = k; g.c = c; g.tile_m = tile_m;
   g.kp = (k + 15) / 16 * 16;
   g.cp = (c + 15) / 16 * 16;
   g.dy_ld = g.kp + kSkew;
@@ -219,15 +219,15 @@ bool plan(int64_t m, int k, int c, int sms, int blocks_per_sm, Launch& out) {
   out.g = g;
   out.smem = shared_bytes(g);
   if (out.smem > 200 * 1024) return false;
-  const int64_t tiles = (m + kTileM - 1) / kTileM;
+  const int64_t tiles = (m + tile_m - 1) / tile_m;
   out.slices = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{sms} * blocks_per_sm)));
   return true;
 }
 
-template <typename T, int kDwPerWarp>
+template <typename T, int kDwPerWarp, int kTileM>
 int run(const Launch& l, const void* x, const void* dy, const void* wt, void* dx, void* dw, float* workspace,
         cudaStream_t stream) {
-  auto kernel = pointwise_backward<T, kDwPerWarp>;
+  auto kernel = pointwise_backward<T, kDwPerWarp, kTileM>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem));
   kernel<<<l.slices, kThreads, l.smem, stream>>>(l.g, static_cast<const T*>(x), static_cast<const T*>(dy),
                                                  static_cast<const T*>(wt), static_cast<T*>(dx), workspace);
@@ -239,9 +239,14 @@ int run(const Launch& l, const void* x, const void* dy, const void* wt, void* dx
 template <typename T>
 int run_t(const Launch& l, const void* x, const void* dy, const void* wt, void* dx, void* dw, float* workspace,
           cudaStream_t stream) {
-  if (l.per_warp == 2) return run<T, 2>(l, x, dy, wt, dx, dw, workspace, stream);
-  if (l.per_warp == 4) return run<T, 4>(l, x, dy, wt, dx, dw, workspace, stream);
-  return run<T, 6>(l, x, dy, wt, dx, dw, workspace, stream);
+  if (l.g.tile_m == 64) {
+    if (l.per_warp == 2) return run<T, 2, 64>(l, x, dy, wt, dx, dw, workspace, stream);
+    if (l.per_warp == 4) return run<T, 4, 64>(l, x, dy, wt, dx, dw, workspace, stream);
+    return run<T, 6, 64>(l, x, dy, wt, dx, dw, workspace, stream);
+  }
+  if (l.per_warp == 2) return run<T, 2, 128>(l, x, dy, wt, dx, dw, workspace, stream);
+  if (l.per_warp == 4) return run<T, 4, 128>(l, x, dy, wt, dx, dw, workspace, stream);
+  return run<T, 6, 128>(l, x, dy, wt, dx, dw, workspace, stream);
 }
 
 }  // namespace
@@ -249,18 +254,18 @@ int run_t(const Launch& l, const void* x, const void* dy, const void* wt, void* 
 extern "C" {
 
 // Workspace bytes (the dw partials) the call needs; -1 where the kernel does not apply.
-long long pw_backward_workspace(long long m, int k, int c, int sms, int blocks_per_sm) {
+long long pw_backward_workspace(long long m, int k, int c, int sms, int blocks_per_sm, int tile_m) {
   Launch l;
-  if (!plan(m, k, c, sms, blocks_per_sm, l)) return -1;
+  if (!plan(m, k, c, sms, blocks_per_sm, tile_m, l)) return -1;
   return static_cast<long long>(l.slices) * k * c * sizeof(float);
 }
 
 // dtype 0: fp16, 1: bf16. x [m][c], dy [m][k], weight [k][c], dx [m][c], dw [k][c], all
 // 16-byte aligned. Returns a CUDA error code, or -1 where the kernel does not apply.
-int pw_backward(int dtype, long long m, int k, int c, int sms, int blocks_per_sm, const void* x, const void* dy,
-                const void* wt, void* dx, void* dw, void* workspace, void* stream) {
+int pw_backward(int dtype, long long m, int k, int c, int sms, int blocks_per_sm, int tile_m, const void* x,
+                const void* dy, const void* wt, void* dx, void* dw, void* workspace, void* stream) {
   Launch l;
-  if (!plan(m, k, c, sms, blocks_per_sm, l)) return -1;
+  if (!plan(m, k, c, sms, blocks_per_sm, tile_m, l)) return -1;
   auto st = static_cast<cudaStream_t>(stream);
   auto ws = static_cast<float*>(workspace);
   return dtype == 0 ? run_t<__half>(l, x, dy, wt, dx, dw, ws, st) : run_t<__nv_bfloat16>(l, x, dy, wt, dx, dw, ws, st);

@@ -22,7 +22,7 @@ def layer(fused: float | None, calls: dict) -> dict:
               "stock": {"time_ms": 0.04, "max_rel_error": [3e-4, 3e-4]},
               "bwd_data": {"cudnn_best": {"value": "eng1", "time_ms": 0.02}, "ours_ms": None},
               "bwd_filter": {"cudnn_best": {"value": "eng2", "time_ms": 0.016}, "ours_ms": None},
-              "fused": None if fused is None else {"blocks_per_sm": 2, "status": "ok", "time_ms": fused,
+              "fused": None if fused is None else {"tile_pixels": 128, "blocks_per_sm": 2, "status": "ok", "time_ms": fused,
                                                    "max_rel_error": [2e-4, 3e-4]}}
     return pointwise_backward.with_bounds(record, H200)
 
@@ -46,7 +46,7 @@ def test_the_table_gives_ratios_totals_and_a_dash_where_the_kernel_does_not_appl
     report = {"environment": {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"}, "date": "2026-11-28",
               "reps": 11, "layers": [layer(0.018, {"mobilenet_v3_large": 2}), layer(None, {"efficientnet_b0": 1})]}
     text = pointwise_backward.render(report)
-    assert "| 64x24x56x56 -> 72 | mobilenet 2 | 0.040 | 0.036 | 0.018 (2) | 2.00 |" in text
+    assert "| 64x24x56x56 -> 72 | mobilenet 2 | 0.040 | 0.036 | 0.018 (128 px, 2/SM) | 2.00 |" in text
     assert "| 64x24x56x56 -> 72 | efficientnet 1 | 0.040 | 0.036 | - | — |" in text
     assert "1 of 1 layers it applies to faster, 1 at least 1.5x; median 2.00x" in text
     assert "| mobilenet_v3_large | 0.080 | 0.072 | 0.036 | 0.036 |" in text
