@@ -3,7 +3,7 @@ against cuDNN's best, on the 1x1 convolutions of MobileNetV3 and EfficientNet-B0
 
     python benchmarks/pointwise_backward.py --help
 
-The code is ``benchmarks/harness/pointwise_backward.py``; the kernel ``benchmarks/harness/pointwise_fused_backward.cu``.
+The code is ``benchmarks/harness/pointwise_backward.py``; the kernel ``benchmarks/harness/pointwise_kernels.cu``.
 """
 
 import sys

@@ -203,14 +203,14 @@ def measure_layer(library, channels: int, size: int, filter_size: int, stride: i
     return record
 
 
-def best_per_direction(spec: str, reps: int, tolerance: float) -> dict:
-    """For each backward direction of the convolution ``spec`` (a ConvSpec string without its
-    direction), cuDNN's fastest candidate within ``tolerance`` of float64 and ``"tca.direct"``'s
-    time where it runs within it (``torch_cudnn_algo.profile``)."""
+def best_per_direction(spec: str, reps: int, tolerance: float, directions: tuple[str, ...] = DIRECTIONS) -> dict:
+    """For each of ``directions`` (the backward ones unless told) of the convolution ``spec`` (a
+    ConvSpec string without its direction), cuDNN's fastest candidate within ``tolerance`` of
+    float64 and ``"tca.direct"``'s time where it runs within it (``torch_cudnn_algo.profile``)."""
     import torch_cudnn_algo as tca
 
     record = {}
-    for direction in DIRECTIONS:
+    for direction in directions:
         table = tca.profile(f"{spec} {direction}", energy=False, reps=reps, warmup=3)
         cudnn = [row for row in table if row.ok and row.value not in (None, "tca.direct") and row.time_ms
                  and row.max_rel_error is not None and row.max_rel_error <= tolerance]

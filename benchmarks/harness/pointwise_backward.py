@@ -1,13 +1,14 @@
-"""A fused 1x1 backward pass against cuDNN, layer by layer: on the 1x1 convolutions of
-MobileNetV3 and EfficientNet-B0 (fp16 channels_last, batch 64, as the zoo trains them; the
-squeeze-and-excitation layers, one pixel an image, left out), the candidate kernel of
-``pointwise_fused_backward.cu`` (input and filter gradient from one read of dy, on tensor cores)
-is checked against float64 and timed over its launch choices, beside
+"""A fused 1x1 backward pass, and a 1x1 forward pass, against cuDNN, layer by layer: on the 1x1
+convolutions of MobileNetV3 and EfficientNet-B0 (fp16 channels_last, batch 64, as the zoo trains
+them; the squeeze-and-excitation layers, one pixel an image, left out), the candidate kernels of
+``pointwise_kernels.cu`` (input and filter gradient from one read of dy; the forward; both on
+tensor cores) are checked against float64 and timed over their launch choices, beside
 
 * stock's ``convolution_backward`` under ``benchmark=True`` (both gradients, one call, as a
   training step runs it),
 * the best pair: per direction the faster of cuDNN's best candidate within the tuner's accuracy
-  rule and ``"tca.direct"`` (``torch_cudnn_algo.profile``), which is what a tuned plan runs.
+  rule and ``"tca.direct"`` (``torch_cudnn_algo.profile``), which is what a tuned plan runs;
+  for the forward, stock's ``convolution`` and the best of the forward direction the same way.
 
     python benchmarks/pointwise_backward.py [--reps 11] [--out benchmarks/results]
     python benchmarks/pointwise_backward.py --render benchmarks/results/pointwise-backward-<gpu>-<date>.json
@@ -28,12 +29,13 @@ from pathlib import Path
 
 from . import results
 from .fused_backward import (EFFICIENTNET, MOBILENET, best_pair_ms, best_per_direction, build,
-                             checked_run, fastest_passing, network_totals, stock_backward)
+                             checked_run, fastest_passing, network_totals, relative_error, stock_backward,
+                             timed)
 from .internal import tuner_tolerance
 from .roofline import Peaks, peaks_of
 from .stats import num
 
-KERNEL_SOURCE = Path(__file__).resolve().parent / "pointwise_fused_backward.cu"
+KERNEL_SOURCE = Path(__file__).resolve().parent / "pointwise_kernels.cu"
 BATCH = 64
 # (input channels, output channels, height = width, {network: calls per training step}): the
 # 1x1 convolutions of the two networks with more than one pixel an image.
@@ -83,14 +85,16 @@ def label_of(c_in: int, c_out: int, size: int) -> str:
 
 
 def bounds(c_in: int, c_out: int, size: int, peaks: Peaks) -> dict:
-    """The least time of the fused pass (x and dy read, dx written, the weight and its gradient)
-    and of the two separate calls (each reads dy), at the memory's peak."""
+    """The least time of the fused pass (x and dy read, dx written, the weight and its gradient),
+    of the two separate calls (each reads dy) and of the forward (x read, y written), at the
+    memory's peak."""
     pixels = BATCH * size * size
     weight = c_in * c_out
     fused = 2 * (2 * pixels * c_in + pixels * c_out + 2 * weight)
     separate = 2 * (2 * pixels * c_in + 2 * pixels * c_out + 2 * weight)
+    forward = 2 * (pixels * c_in + pixels * c_out + weight)
     scale = 1e3 / (peaks.tb_per_s * 1e12)
-    return {"memory_ms": fused * scale, "separate_memory_ms": separate * scale}
+    return {"memory_ms": fused * scale, "separate_memory_ms": separate * scale, "forward_memory_ms": forward * scale}
 
 
 def measure_layer(library, c_in: int, c_out: int, size: int, reps: int) -> dict:
@@ -122,9 +126,40 @@ def measure_layer(library, c_in: int, c_out: int, size: int, reps: int) -> dict:
         call = lambda: library.pw_backward(0, *shape, *pointers, stream)  # noqa: E731
         sweep.append({"tile_pixels": tile, "blocks_per_sm": blocks, **checked_run(call, (dx, dw), references, reps)})
     record.update(fastest_passing(sweep, tolerance))
-    record.update(best_per_direction(f"conv2d {BATCH}x{c_in}x{size}x{size} -> {c_out}x1x1 s1 p0 fp16 channels_last",
-                                     reps, tolerance))
+    spec = f"conv2d {BATCH}x{c_in}x{size}x{size} -> {c_out}x1x1 s1 p0 fp16 channels_last"
+    record.update(best_per_direction(spec, reps, tolerance))
+    record["forward"] = measure_forward(library, x, weight, spec, reps, tolerance)
     return record
+
+
+def measure_forward(library, x, weight, spec: str, reps: int, tolerance: float) -> dict:
+    """The forward pass: stock's convolution under ``benchmark=True``, the best of the forward
+    direction, and the candidate forward kernel over its launch choices."""
+    import torch
+
+    geometry = (None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    reference = torch.ops.aten.convolution(x.double(), weight.double(), *geometry)
+    stock_call = lambda: torch.ops.aten.convolution(x, weight, *geometry)  # noqa: E731
+    stock = {"time_ms": timed(stock_call, reps), "max_rel_error": [relative_error(stock_call(), reference)]}
+    y = torch.empty_like(reference, dtype=x.dtype).contiguous(memory_format=torch.channels_last)
+    pixels, c_out, c_in = x.shape[0] * x.shape[2] * x.shape[3], weight.shape[0], weight.shape[1]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, weight, y)]
+    sweep = []
+    for tile, blocks in SWEEP:
+        shape = (pixels, c_out, c_in, sms, blocks, tile)
+        call = lambda: library.pw_forward(0, *shape, *pointers, stream)  # noqa: E731
+        sweep.append({"tile_pixels": tile, "blocks_per_sm": blocks, **checked_run(call, (y,), (reference,), reps)})
+    return {"stock": stock, **fastest_passing(sweep, tolerance),
+            **best_per_direction(spec, reps, tolerance, directions=("fwd",))}
+
+
+def forward_best_ms(forward: dict) -> float | None:
+    """The forward's best: the faster of cuDNN's best and ours (``tca.direct``), what a plan runs."""
+    entry = forward.get("fwd") or {}
+    times = [t for t in ((entry.get("cudnn_best") or {}).get("time_ms"), entry.get("ours_ms")) if t]
+    return min(times) if times else None
 
 
 def render(report: dict) -> str:
@@ -137,7 +172,7 @@ def render(report: dict) -> str:
         "*stock*: `convolution_backward` under `benchmark=True`, one call for both gradients; *best pair*: per "
         "direction the faster of cuDNN's best candidate within the tuner's accuracy rule and `tca.direct`, added "
         "(what a tuned plan runs); "
-        "*fused*: `benchmarks/harness/pointwise_fused_backward.cu` at the fastest of its tile and grid sizes within that "
+        "*fused*: `benchmarks/harness/pointwise_kernels.cu` at the fastest of its tile and grid sizes within that "
         "rule; - where it does not apply (dy^T x too large for its registers). "
         + (f"*memory bound*: x and dy read and dx written once at {peaks.tb_per_s} TB/s (the separate calls "
            "read dy twice)." if peaks else "No peaks are known for this GPU: no bounds."),
@@ -179,12 +214,56 @@ def render(report: dict) -> str:
             lines.append(f"| {network} | {num(entry['stock_ms'], 3)} | {num(entry['best_pair_ms'], 3)} | "
                          f"{num(entry['with_fused_ms'], 3)} | "
                          f"{num(entry['best_pair_ms'] - entry['with_fused_ms'], 3)} |")
+    lines += forward_lines(report)
     return "\n".join(lines) + "\n"
+
+
+def forward_lines(report: dict) -> list[str]:
+    """The forward table and its per-network totals, for the layers whose forward was measured."""
+    layers = [record for record in report["layers"] if record.get("forward")]
+    if not layers:
+        return []
+    lines = ["", "## The forward pass", "",
+             "*stock*: `convolution` under `benchmark=True`; *best*: the faster of cuDNN's best forward candidate "
+             "and `tca.direct` (what a plan runs); *ours*: the forward kernel of the same file; *memory bound*: x "
+             "read and y written once.", "",
+             "| layer | calls | stock ms | best ms | ours ms (tile, blocks/SM) | best / ours | memory bound ms | "
+             "ours / memory bound | ours max rel err |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    totals: dict[str, list[float]] = {}
+    for record in layers:
+        forward = record["forward"]
+        calls = ", ".join(f"{network.split('_')[0]} {count}" for network, count in record["calls"].items())
+        best, ours = forward_best_ms(forward), forward.get("fused")
+        ours_text, gain, against_bound, error = "-", None, "-", "-"
+        if ours:
+            ours_text = f"{num(ours['time_ms'], 3)} ({ours['tile_pixels']} px, {ours['blocks_per_sm']}/SM)"
+            gain = best / ours["time_ms"] if best else None
+            if record.get("forward_memory_ms"):
+                against_bound = num(ours["time_ms"] / record["forward_memory_ms"], 1)
+            error = f"{ours['max_rel_error'][0]:.1e}"
+        lines.append(f"| {record['label']} | {calls} | {num(forward['stock']['time_ms'], 3)} | {num(best, 3)} | "
+                     f"{ours_text} | {num(gain, 2)} | {num(record.get('forward_memory_ms'), 4)} | {against_bound} | "
+                     f"{error} |")
+        if best is None:
+            continue
+        for network, count in record["calls"].items():
+            entry = totals.setdefault(network, [0.0, 0.0, 0.0])
+            entry[0] += count * forward["stock"]["time_ms"]
+            entry[1] += count * best
+            entry[2] += count * (min(best, ours["time_ms"]) if ours else best)
+    if totals:
+        lines += ["", "Per training step, the forward passes of these layers (ms):", "",
+                  "| network | stock | best | best, ours where faster | saving |", "|---|--:|--:|--:|--:|"]
+        for network, (stock, best, with_ours) in totals.items():
+            lines.append(f"| {network} | {num(stock, 3)} | {num(best, 3)} | {num(with_ours, 3)} | "
+                         f"{num(best - with_ours, 3)} |")
+    return lines
 
 
 def with_bounds(record: dict, peaks: Peaks | None) -> dict:
     if peaks is None:
-        record.update(memory_ms=None, separate_memory_ms=None)
+        record.update(memory_ms=None, separate_memory_ms=None, forward_memory_ms=None)
     else:
         record.update(bounds(record["c_in"], record["c_out"], record["size"], peaks))
     return record
@@ -194,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=11)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
-    parser.add_argument("--library", type=Path, help="a built pointwise_fused_backward.so instead of building one")
+    parser.add_argument("--library", type=Path, help="a built pointwise_kernels.so instead of building one")
     parser.add_argument("--render", type=Path, metavar="JSON", help="print a saved result's markdown; no GPU")
     args = parser.parse_args(argv)
     if args.reps < 1:
@@ -213,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         library.pw_backward_workspace.restype = ctypes.c_longlong
         library.pw_backward_workspace.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 5
         library.pw_backward.argtypes = [ctypes.c_int, ctypes.c_longlong] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 7
+        library.pw_forward.argtypes = [ctypes.c_int, ctypes.c_longlong] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 4
         for c_in, c_out, size, calls in LAYERS:
             started = time.perf_counter()
             record = {"label": label_of(c_in, c_out, size), "c_in": c_in, "c_out": c_out, "size": size,

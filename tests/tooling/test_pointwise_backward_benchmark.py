@@ -57,3 +57,22 @@ def test_reps_below_one_are_refused() -> None:
     done = subprocess.run([sys.executable, str(BENCHMARKS / "pointwise_backward.py"), "--reps", "0"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "--reps must be at least 1, got 0" in done.stderr
+
+
+def test_the_forward_table_compares_ours_with_the_faster_of_cudnn_and_tca_direct() -> None:
+    measured = layer(0.018, {"mobilenet_v3_large": 2})
+    measured["forward"] = {"stock": {"time_ms": 0.03, "max_rel_error": [3e-4]},
+                           "fwd": {"cudnn_best": {"value": "eng0", "time_ms": 0.025}, "ours_ms": 0.02},
+                           "fused": {"tile_pixels": 64, "blocks_per_sm": 4, "status": "ok", "time_ms": 0.01,
+                                     "max_rel_error": [2e-4]},
+                           "fused_choices": 8, "fused_failures": []}
+    unmeasured = layer(None, {"efficientnet_b0": 1})
+    report = {"environment": {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"}, "date": "2026-11-28",
+              "reps": 11, "layers": [measured, unmeasured]}
+    text = pointwise_backward.render(report)
+    bound = pointwise_backward.bounds(24, 72, 56, H200)["forward_memory_ms"]
+    assert "## The forward pass" in text
+    assert (f"| 64x24x56x56 -> 72 | mobilenet 2 | 0.030 | 0.020 | 0.010 (64 px, 4/SM) | 2.00 | {bound:.4f} | "
+            f"{0.01 / bound:.1f} | 2.0e-04 |") in text
+    assert "| mobilenet_v3_large | 0.060 | 0.040 | 0.020 | 0.020 |" in text
+    assert "efficientnet_b0 | 0.0" not in text.split("## The forward pass")[1]

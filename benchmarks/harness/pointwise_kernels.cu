@@ -1,15 +1,17 @@
-// The candidate kernel of benchmarks/pointwise_backward.py, not part of the extension: the
-// backward pass of a 1x1 convolution (stride 1, one group, channels_last) with both gradients
-// from one read of dy, on tensor cores. As matrices over the M = N*H*W
-// pixels: x [M][C], dy [M][K], weight [K][C];
+// The candidate kernels of benchmarks/pointwise_backward.py, not part of the extension: a 1x1
+// convolution's (stride 1, one group, channels_last) backward pass with both gradients from one
+// read of dy, and its forward pass, on tensor cores. As matrices over the M = N*H*W pixels:
+// x [M][C], dy [M][K], weight [K][C];
+//   y  = x . weight^T       [M][K]   (forward)
 //   dx = dy . weight        [M][C]   (written once, tile by tile)
 //   dw = dy^T . x           [K][C]   (a small result over a reduction of M)
-// A block takes tiles of 64 or 128 pixels (kTileM) in turn (grid-stride), copies the tile's rows of dy and x
+// A block takes tiles of 64 or 128 pixels (kTileM) in turn (grid-stride), copies the tile's rows
 // into shared memory (cp.async, two buffers: the next tile's copies in flight behind this tile's
-// products), multiplies dy by the weight (staged once) for the tile's dx, and adds dy^T x into
-// fp32 accumulators that stay in registers across all its tiles. Each block then writes one
-// slice of dw partials; a second kernel adds the slices in a fixed order (deterministic, no
-// atomics). fp16/bf16 in, fp32 accumulation (wmma 16x16x16); K and C multiples of 8.
+// products) and multiplies them by the weight (staged once). The backward kernel also adds
+// dy^T x into fp32 accumulators that stay in registers across all its tiles; each block then
+// writes one slice of dw partials, and a second kernel adds the slices in a fixed order
+// (deterministic, no atomics). fp16/bf16 in, fp32 accumulation (wmma 16x16x16); K and C
+// multiples of 8.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -197,6 +199,80 @@ __global__ void sum_slices(const float* __restrict__ partial, int slices, int el
   }
 }
 
+// The forward pass, y [m][k] = x [m][c] . weight^T, for the benchmark's forward table: a block
+// takes tiles of kTileM pixels in turn (x through the same two-buffer copies), the weight staged
+// once and read as weight^T by column-major fragments.
+template <typename T, int kTileM>
+__global__ void __launch_bounds__(kThreads)
+    pointwise_forward(Geometry g, const T* __restrict__ x, const T* __restrict__ wt, T* __restrict__ y) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t stage_elements = static_cast<size_t>(kTileM) * g.x_ld;
+  T* const stages = reinterpret_cast<T*>(smem);  // [2][x tile]
+  T* const ws = stages + 2 * stage_elements;      // [kp][w_ld]
+  float* const scratch = reinterpret_cast<float*>(ws + static_cast<size_t>(g.kp) * g.w_ld) +
+                         warp * 16 * kScratchLd;
+  for (size_t e = threadIdx.x; e < (2 * stage_elements + static_cast<size_t>(g.kp) * g.w_ld) / 8; e += kThreads)
+    reinterpret_cast<uint4*>(smem)[e] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+  const int c_vectors = g.c / 8;
+  for (int v = threadIdx.x; v < g.k * c_vectors; v += kThreads) {
+    const int row = v / c_vectors, col = (v - row * c_vectors) * 8;
+    copy16(ws + static_cast<size_t>(row) * g.w_ld + col, wt + static_cast<int64_t>(row) * g.c + col, true);
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+
+  const int64_t tiles = (g.m + kTileM - 1) / kTileM;
+  auto stage_tile = [&](int64_t t, int b) {
+    T* const xs = stages + b * stage_elements;
+    const int64_t m0 = t * kTileM;
+    for (int v = threadIdx.x; v < kTileM * c_vectors; v += kThreads) {
+      const int row = v / c_vectors, col = (v - row * c_vectors) * 8;
+      const bool in = m0 + row < g.m;
+      copy16(xs + row * g.x_ld + col, in ? x + (m0 + row) * g.c + col : x, in);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+  const int kf = g.kp / 16, cf = g.cp / 16;
+  int b = 0;
+  if (blockIdx.x < tiles) stage_tile(blockIdx.x, 0);
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, b ^= 1) {
+    if (t + gridDim.x < tiles) {
+      stage_tile(t + gridDim.x, b ^ 1);
+      asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    __syncthreads();
+    const T* const xs = stages + b * stage_elements;
+    const int64_t m0 = t * kTileM;
+    for (int tile = warp; tile < (kTileM / 16) * kf; tile += kWarps) {
+      const int pt = tile / kf, kt = tile - pt * kf;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> out;
+      wmma::fill_fragment(out, 0.0f);
+      for (int ct = 0; ct < cf; ++ct) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bm;  // weight^T
+        wmma::load_matrix_sync(a, xs + pt * 16 * g.x_ld + ct * 16, g.x_ld);
+        wmma::load_matrix_sync(bm, ws + kt * 16 * g.w_ld + ct * 16, g.w_ld);
+        wmma::mma_sync(out, a, bm, out);
+      }
+      wmma::store_matrix_sync(scratch, out, kScratchLd, wmma::mem_row_major);
+      __syncwarp();
+      const int row = lane / 2, col = kt * 16 + (lane % 2) * 8;
+      const int64_t pixel = m0 + pt * 16 + row;
+      if (pixel < g.m && col < g.k) {
+        alignas(16) T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = from_float<T>(scratch[row * kScratchLd + (lane % 2) * 8 + e]);
+        *reinterpret_cast<uint4*>(y + pixel * g.k + col) = *reinterpret_cast<const uint4*>(v);
+      }
+      __syncwarp();
+    }
+    __syncthreads();
+  }
+}
+
 struct Launch {
   Geometry g;
   int slices, per_warp;
@@ -249,6 +325,43 @@ int run_t(const Launch& l, const void* x, const void* dy, const void* wt, void* 
   return run<T, 6, 128>(l, x, dy, wt, dx, dw, workspace, stream);
 }
 
+struct ForwardLaunch {
+  Geometry g;
+  int blocks;
+  size_t smem;
+};
+
+bool plan_forward(int64_t m, int k, int c, int sms, int blocks_per_sm, int tile_m, ForwardLaunch& out) {
+  if ((tile_m != 64 && tile_m != 128) || m < 1 || k < 8 || c < 8 || k % 8 || c % 8) return false;
+  Geometry g{};
+  g.m = m; g.k = k; g.c = c; g.tile_m = tile_m;
+  g.kp = (k + 15) / 16 * 16;
+  g.cp = (c + 15) / 16 * 16;
+  g.x_ld = g.cp + kSkew;
+  g.w_ld = g.cp + kSkew;
+  out.g = g;
+  out.smem = 2 * static_cast<size_t>(tile_m) * g.x_ld * 2 + static_cast<size_t>(g.kp) * g.w_ld * 2 +
+             static_cast<size_t>(kWarps) * 16 * kScratchLd * sizeof(float);
+  if (out.smem > 200 * 1024) return false;
+  const int64_t tiles = (m + tile_m - 1) / tile_m;
+  out.blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{sms} * blocks_per_sm)));
+  return true;
+}
+
+template <typename T, int kTileM>
+int run_forward(const ForwardLaunch& l, const void* x, const void* wt, void* y, cudaStream_t stream) {
+  auto kernel = pointwise_forward<T, kTileM>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem));
+  kernel<<<l.blocks, kThreads, l.smem, stream>>>(l.g, static_cast<const T*>(x), static_cast<const T*>(wt),
+                                                  static_cast<T*>(y));
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T>
+int run_forward_t(const ForwardLaunch& l, const void* x, const void* wt, void* y, cudaStream_t stream) {
+  return l.g.tile_m == 64 ? run_forward<T, 64>(l, x, wt, y, stream) : run_forward<T, 128>(l, x, wt, y, stream);
+}
+
 }  // namespace
 
 extern "C" {
@@ -269,6 +382,16 @@ int pw_backward(int dtype, long long m, int k, int c, int sms, int blocks_per_sm
   auto st = static_cast<cudaStream_t>(stream);
   auto ws = static_cast<float*>(workspace);
   return dtype == 0 ? run_t<__half>(l, x, dy, wt, dx, dw, ws, st) : run_t<__nv_bfloat16>(l, x, dy, wt, dx, dw, ws, st);
+}
+
+// The forward pass: y [m][k] = x [m][c] . weight^T ([k][c]). Returns a CUDA error code, or -1
+// where the kernel does not apply.
+int pw_forward(int dtype, long long m, int k, int c, int sms, int blocks_per_sm, int tile_m, const void* x,
+               const void* wt, void* y, void* stream) {
+  ForwardLaunch l;
+  if (!plan_forward(m, k, c, sms, blocks_per_sm, tile_m, l)) return -1;
+  auto st = static_cast<cudaStream_t>(stream);
+  return dtype == 0 ? run_forward_t<__half>(l, x, wt, y, st) : run_forward_t<__nv_bfloat16>(l, x, wt, y, st);
 }
 
 }  // extern "C"
