@@ -269,13 +269,35 @@ def with_bounds(record: dict, peaks: Peaks | None) -> dict:
     return record
 
 
+ORDER = {label_of(c_in, c_out, size): index for index, (c_in, c_out, size, _) in enumerate(LAYERS)}
+
+
+def layer_range(parser: argparse.ArgumentParser, text: str) -> list:
+    """The layers ``--layers FIRST:END`` names (all of them when empty)."""
+    if not text:
+        return list(LAYERS)
+    try:
+        first, end = (int(part) if part else None for part in text.split(":"))
+    except ValueError:
+        parser.error(f"--layers takes FIRST:END, two indices into the {len(LAYERS)} layers (either may be left "
+                     f"out), got {text!r}")
+    chosen = LAYERS[first:end]
+    if not chosen:
+        parser.error(f"--layers {text} names none of the {len(LAYERS)} layers")
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=11)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     parser.add_argument("--library", type=Path, help="a built pointwise_kernels.so instead of building one")
     parser.add_argument("--render", type=Path, metavar="JSON", help="print a saved result's markdown; no GPU")
+    parser.add_argument("--layers", default="", metavar="FIRST:END",
+                        help=f"only LAYERS[FIRST:END] of the {len(LAYERS)} (a run of them all outlasts a 10-minute "
+                             "GPU call); their records replace those of the day's file, the others are kept")
     args = parser.parse_args(argv)
+    chosen = layer_range(parser, args.layers)
     if args.reps < 1:
         parser.error(f"--reps must be at least 1, got {args.reps}")
     if args.render:
@@ -287,13 +309,18 @@ def main(argv: list[str] | None = None) -> int:
     report = {"environment": results.environment(), "date": results.now_iso()[:10], "reps": args.reps, "layers": []}
     peaks = peaks_of(report["environment"].get("device"))
     stem = f"pointwise-backward-{results.device_slug(report['environment']['device'])}-{report['date']}"
+    earlier = args.out / f"{stem}.json"
+    if earlier.exists():  # an earlier part of the day's run: its other layers are kept
+        labels = {label_of(c_in, c_out, size) for c_in, c_out, size, _ in chosen}
+        report["layers"] = [record for record in json.loads(earlier.read_text())["layers"]
+                            if record["label"] not in labels]
     with tempfile.TemporaryDirectory() as scratch:
         library = ctypes.CDLL(str(args.library or build(Path(scratch), KERNEL_SOURCE)))
         library.pw_backward_workspace.restype = ctypes.c_longlong
         library.pw_backward_workspace.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 5
         library.pw_backward.argtypes = [ctypes.c_int, ctypes.c_longlong] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 7
         library.pw_forward.argtypes = [ctypes.c_int, ctypes.c_longlong] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 4
-        for c_in, c_out, size, calls in LAYERS:
+        for c_in, c_out, size, calls in chosen:
             started = time.perf_counter()
             record = {"label": label_of(c_in, c_out, size), "c_in": c_in, "c_out": c_out, "size": size,
                       "calls": calls}
@@ -302,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # one failing layer must not lose the others
                 record["error"] = results.error_text(exc)
             report["layers"].append(with_bounds(record, peaks))
+            report["layers"].sort(key=lambda entry: ORDER[entry["label"]])
             results.progress(f"{record['label']}: fused {(record.get('fused') or {}).get('time_ms')} ms, best pair "
                              f"{best_pair_ms(record) if not record.get('error') else None} ms "
                              f"({time.perf_counter() - started:.1f} s)")

@@ -76,3 +76,20 @@ def test_the_forward_table_compares_ours_with_the_faster_of_cudnn_and_tca_direct
             f"{0.01 / bound:.1f} | 2.0e-04 |") in text
     assert "| mobilenet_v3_large | 0.060 | 0.040 | 0.020 | 0.020 |" in text
     assert "efficientnet_b0 | 0.0" not in text.split("## The forward pass")[1]
+
+
+@pytest.mark.parametrize(("text", "message"), [("3", "takes FIRST:END"), ("a:b", "takes FIRST:END"),
+                                               ("40:50", "names none of the 34 layers")])
+def test_a_layer_range_that_names_no_layer_is_refused(text: str, message: str) -> None:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "pointwise_backward.py"), "--layers", text],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_a_layer_range_picks_its_slice() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    assert pointwise_backward.layer_range(parser, "") == pointwise_backward.LAYERS
+    assert pointwise_backward.layer_range(parser, ":2") == pointwise_backward.LAYERS[:2]
+    assert pointwise_backward.layer_range(parser, "30:") == pointwise_backward.LAYERS[30:]
