@@ -335,6 +335,5 @@ def main(argv: list[str] | None = None) -> int:
                              f"({time.perf_counter() - started:.1f} s)")
             results.write_json(args.out / f"{stem}.json", report)
     markdown = render(report)
-    (args.out / f"{stem}.md").write_text(markdown)
-    sys.stdout.write(markdown)
+    results.publish(args.out / f"{stem}.md", markdown)
     return 0
