@@ -281,22 +281,6 @@ def test_knob_search_flag_takes_bools_and_reaches_the_extension():
     assert torch_cudnn_algo.active_overrides() == []
 
 
-def test_backward_overlap_flag_is_on_by_default_takes_bools_and_reaches_the_extension():
-    assert cudnn.conv_backward_overlap is True
-    assert _ops.get_backward_overlap()
-    cudnn.conv_backward_overlap = False
-    assert not _ops.get_backward_overlap()
-    with pytest.raises(ValueError, match="conv_backward_overlap must be True or False"):
-        cudnn.conv_backward_overlap = 1
-    assert cudnn.conv_backward_overlap is False and not _ops.get_backward_overlap()
-    with torch_cudnn_algo.flags(conv_backward_overlap=True):
-        assert _ops.get_backward_overlap()
-    assert not _ops.get_backward_overlap()
-    cudnn.conv_backward_overlap = True
-    # Not a choice: no override is registered for it.
-    assert torch_cudnn_algo.active_overrides() == []
-
-
 @pytest.mark.parametrize("name", sorted(torch_cudnn_algo.TOLERANCES))
 def test_tuner_and_profile_table_tolerances_agree(name):
     dtype, _, math = name.partition("+")

@@ -13,7 +13,6 @@
 #include "base/cudnn_handle.h"
 #include "run/runner.h"
 #include "control/overrides.h"
-#include "decide/pins.h"
 #include "decide/selection.h"
 #include "base/torch_release.h"
 
@@ -21,15 +20,11 @@
 #include <ATen/native/ConvUtils.h>
 #include <ATen/ops/convolution_backward_native.h>
 #include <ATen/ops/empty.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <array>
 #include <cstring>
-#include <functional>
 #include <optional>
 #include <unordered_map>
 
@@ -188,69 +183,6 @@ void check_backward_geometry(const at::Tensor& grad_output, const at::Tensor& in
               ", groups ", groups, ") has output shape ", expected_sizes);
 }
 
-// The most pixels (batch x spatial positions, of the input or of grad_output,
-// whichever has more) at which a layer's two gradients overlap. Measured on an
-// H200 with cuDNN's kernels (fp16 channels_last, batch 64, MobileNetV3's and
-// EfficientNet-B0's 1x1 and depthwise layers, in CUDA graphs): at 28x28 and
-// below running both at once took 0.78-1.04x the time of one after the other,
-// as neither fills the GPU alone; at 56x56 and above 0.85-1.2x.
-constexpr int64_t kOverlapMaxPixels = 64 * 28 * 28;
-
-int64_t pixels(const at::Tensor& t) {
-  return t.numel() / t.size(1);
-}
-
-bool overlaps(const at::Tensor& input, const at::Tensor& grad_output) {
-  return std::max(pixels(input), pixels(grad_output)) <= kOverlapMaxPixels;
-}
-
-// A stream of this thread's own, and the two events that fork work off the
-// current stream onto it and join it back, per device (created once).
-struct SideStream {
-  explicit SideStream(c10::DeviceIndex device)
-      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
-  c10::cuda::CUDAStream stream;
-  at::cuda::CUDAEvent fork, join;
-};
-
-SideStream& side_stream(c10::DeviceIndex device) {
-  thread_local std::unordered_map<c10::DeviceIndex, SideStream> streams;
-  return streams.try_emplace(device, device).first->second;
-}
-
-// Runs `side_work` on this thread's side stream and `main_work` on the current
-// stream at the same time: both start after everything already queued on the
-// current stream, and everything queued on it afterwards waits for both (also
-// when either throws). Every tensor either touches was allocated on the current
-// stream and is freed there after the join, so the caching allocator needs no
-// record_stream. Inside CUDA graph capture the fork and join become the graph's
-// edges.
-void run_overlapped(c10::DeviceIndex device, const std::function<void()>& side_work,
-                    const std::function<void()>& main_work) {
-  const auto current = c10::cuda::getCurrentCUDAStream(device);
-  SideStream& side = side_stream(device);
-  side.fork.record(current);
-  side.fork.block(side.stream);
-  struct Join {
-    SideStream& side;
-    const c10::cuda::CUDAStream& current;
-    ~Join() {
-      try {
-        side.join.record(side.stream);
-        side.join.block(current);
-      } catch (...) {
-        // Recording fails only with the context already broken; the error the
-        // work raised (or the next CUDA call) reports it.
-      }
-    }
-  } join{side, current};
-  {
-    const c10::cuda::CUDAStreamGuard on_side(side.stream);
-    side_work();
-  }
-  main_work();
-}
-
 // Prepends the H=1 dimension's value to a 1-d parameter list.
 c10::DimVector as_2d(int64_t first, at::IntArrayRef values) {
   c10::DimVector out{first};
@@ -325,41 +257,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_override(
   };
 
   at::Tensor grad_input, grad_weight, grad_bias;
-  // Both gradients of a small layer run at once (see overlaps): the input
-  // gradient's runner, with its workspace, then waits for the weight gradient's.
-  const bool overlap = pin_data && pin_filter && backward_overlap_mode() && overlaps(in, go);
-  SelectedRunner data_runner;
   if (pin_data) {
-    data_runner = select_runner(key_for(data_direction, data_format));
-    if (data_runner) {
+    if (const auto selected = select_runner(key_for(data_direction, data_format))) {
+      // Forward (transposed) takes (x = grad_output, w); backward-data (dy, w): same operands.
       grad_input = allocate_output(in.sizes(), in.options().memory_format(data_format));
+      selected.run(as_canonical(go_c, data_format), as_canonical(w, data_format), grad_input);
+      if (is_1d) grad_input = grad_input.squeeze(2);
     }
-  }
-  // Forward (transposed) takes (x = grad_output, w); backward-data (dy, w): same operands.
-  const auto run_data = [&] {
-    data_runner.run(as_canonical(go_c, data_format), as_canonical(w, data_format), grad_input);
-  };
-  if (data_runner && !overlap) {
-    run_data();
-    data_runner = SelectedRunner{};  // its workspace goes back before the weight gradient's
   }
   if (pin_filter) {
     if (const auto selected = select_runner(key_for(Direction::kBackwardFilter, filter_format))) {
       grad_weight = allocate_output(w.sizes(), w.options().memory_format(filter_format));
-      const auto run_filter = [&] {
-        selected.run(as_canonical(x, filter_format), as_canonical(y, filter_format), grad_weight);
-      };
-      if (data_runner) {
-        run_overlapped(in.device().index(), run_data, run_filter);
-        data_runner = SelectedRunner{};
-      } else {
-        run_filter();
-      }
+      selected.run(as_canonical(x, filter_format), as_canonical(y, filter_format), grad_weight);
+      if (is_1d) grad_weight = grad_weight.squeeze(2);
     }
   }
-  if (data_runner) run_data();  // overlap planned, but the weight gradient took the stock path
-  if (is_1d && grad_input.defined()) grad_input = grad_input.squeeze(2);
-  if (is_1d && grad_weight.defined()) grad_weight = grad_weight.squeeze(2);
 
   const std::array<bool, 3> rest{output_mask[0] && !grad_input.defined(),
                                  output_mask[1] && !grad_weight.defined(), output_mask[2]};

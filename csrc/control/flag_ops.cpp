@@ -1,8 +1,7 @@
 // The flags' operators: what is pinned per direction (legacy algorithm,
 // engine configuration, policy), strict, the workspace limit, conv_profile,
-// conv_knob_search, conv_backward_overlap and this thread's bypass; the names
-// they take; the overrides registered. Setting a flag brings the overrides in
-// line.
+// conv_knob_search and this thread's bypass; the names they take; the
+// overrides registered. Setting a flag brings the overrides in line.
 #include "base/common.h"
 #include "base/legacy_algorithms.h"
 #include "control/overrides.h"
@@ -96,14 +95,6 @@ bool get_strict() {
   return strict_mode();
 }
 
-void set_backward_overlap(bool enabled) {
-  set_backward_overlap_mode(enabled);
-}
-
-bool get_backward_overlap() {
-  return backward_overlap_mode();
-}
-
 std::vector<std::string> get_legacy_algo_names(const std::string& direction) {
   return legacy_algo_names(parse_direction(direction));
 }
@@ -133,8 +124,6 @@ TORCH_LIBRARY_FRAGMENT(torch_cudnn_algo, m) {
   m.def("set_thread_bypass(bool bypass) -> bool", &set_thread_bypass);
   m.def("set_knob_search(bool enabled) -> ()", &set_knob_search_op);
   m.def("get_knob_search() -> bool", &get_knob_search);
-  m.def("set_backward_overlap(bool enabled) -> ()", &set_backward_overlap);
-  m.def("get_backward_overlap() -> bool", &get_backward_overlap);
 }
 
 }  // namespace torch_cudnn_algo

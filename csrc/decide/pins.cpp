@@ -16,7 +16,6 @@ namespace {
 // Read with std::atomic_load: the published Choice is immutable.
 std::array<std::shared_ptr<const Choice>, kNumDirections> g_choices;
 std::atomic<bool> g_strict{false};
-std::atomic<bool> g_backward_overlap{true};
 std::atomic<int64_t> g_workspace_limit{-1};
 std::atomic<bool> g_profile{false};
 thread_local bool t_bypass = false;
@@ -78,15 +77,6 @@ bool strict_mode() {
 void set_strict_mode(bool strict) {
   g_strict.store(strict);
   invalidate_selections();  // refusals memoized as "stock" must raise now
-}
-
-bool backward_overlap_mode() {
-  return g_backward_overlap.load(std::memory_order_relaxed);
-}
-
-// Changes no selection: it decides how selected runners are scheduled, not which.
-void set_backward_overlap_mode(bool enabled) {
-  g_backward_overlap.store(enabled);
 }
 
 std::shared_ptr<const Choice> choice_from_flag_value(const std::string& value) {

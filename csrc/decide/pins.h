@@ -1,9 +1,9 @@
 // The flag state: what the user pinned per direction (a legacy algorithm, a
 // graph-API engine configuration, the "fastest" policy, or nothing), strict,
-// the workspace limit, conv_profile, conv_backward_overlap, this thread's
-// bypass, and the selection epoch every change of them bumps. Reads sit on
-// every convolution call and take no lock of ours. Registering the overrides
-// that a change needs is the control layer's (see control/overrides.h).
+// the workspace limit, conv_profile, this thread's bypass, and the selection
+// epoch every change of them bumps. Reads sit on every convolution call and
+// take no lock of ours. Registering the overrides that a change needs is the
+// control layer's (see control/overrides.h).
 #pragma once
 
 #include "decide/choice.h"
@@ -42,11 +42,6 @@ std::shared_ptr<const Choice> policy_choice(const std::string& policy);
 
 bool strict_mode();
 void set_strict_mode(bool strict);
-
-// conv_backward_overlap: whether a small convolution's input and weight
-// gradients, both run by our runners, run at once on two streams.
-bool backward_overlap_mode();
-void set_backward_overlap_mode(bool enabled);
 
 // conv_workspace_limit in bytes, -1 for none.
 int64_t workspace_limit();

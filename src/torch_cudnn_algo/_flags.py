@@ -176,11 +176,6 @@ def _apply_knob_search(value: object) -> None:
         _ops.set_knob_search(value)
 
 
-def _apply_backward_overlap(value: object) -> None:
-    if not _warn_if_inert("conv_backward_overlap", value, True):
-        _ops.set_backward_overlap(value)
-
-
 FLAGS: dict[str, Flag] = {
     flag.name: flag
     for flag in (
@@ -233,18 +228,6 @@ FLAGS: dict[str, Flag] = {
                 "Let the 'fastest' policy also search the knob values of its best engines beyond "
                 "the configurations cuDNN's heuristics list (up to about 1 s more per "
                 "configuration). Changing it forgets the policy's decisions."
-            ),
-        ),
-        Flag(
-            name="conv_backward_overlap",
-            default=True,
-            parse=_parse_bool("conv_backward_overlap"),
-            parse_env=_parse_env_bool("conv_backward_overlap"),
-            apply=_apply_backward_overlap,
-            doc=(
-                "When both gradients of a small convolution (at most 64x28x28 pixels) run pinned or "
-                "planned choices, run them at once on two CUDA streams: the same kernels and results, "
-                "the two workspaces held together. False runs them one after the other."
             ),
         ),
     )
@@ -344,7 +327,6 @@ def flags(
     conv_workspace_limit: object = _UNSET,
     conv_profile: object = _UNSET,
     conv_knob_search: object = _UNSET,
-    conv_backward_overlap: object = _UNSET,
 ) -> Iterator[None]:
     """Sets flags for the duration of a ``with`` block, like ``torch.backends.cudnn.flags``.
 
@@ -359,7 +341,6 @@ def flags(
         "conv_workspace_limit": conv_workspace_limit,
         "conv_profile": conv_profile,
         "conv_knob_search": conv_knob_search,
-        "conv_backward_overlap": conv_backward_overlap,
     }
     requested = {name: value for name, value in given.items() if value is not _UNSET}
     parsed = {name: FLAGS[name].parse(value) for name, value in requested.items()}

@@ -242,14 +242,6 @@ def get_knob_search() -> bool:
     return bool(_lib().get_knob_search())
 
 
-def set_backward_overlap(enabled: bool) -> None:
-    _lib().set_backward_overlap(enabled)
-
-
-def get_backward_overlap() -> bool:
-    return bool(_lib().get_backward_overlap())
-
-
 def set_thread_bypass(bypass: bool) -> bool:
     """Whether this thread's convolutions take the stock path, unprofiled; returns the previous value."""
     return bool(_lib().set_thread_bypass(bypass))
