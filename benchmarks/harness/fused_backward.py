@@ -32,7 +32,7 @@ from pathlib import Path
 from . import results
 from .internal import tuner_tolerance
 from .roofline import Peaks, peaks_of
-from .stats import num
+from .stats import gain_line, num
 
 KERNEL_SOURCE = Path(__file__).resolve().parent / "depthwise_fused_backward.cu"
 MOBILENET, EFFICIENTNET = "mobilenet_v3_large", "efficientnet_b0"
@@ -292,10 +292,7 @@ def render(report: dict) -> str:
                      f"{fused_text} | {num(gain, 2)} | {num(record.get('memory_ms'), 4)} | {against_bound} | "
                      f"{num(record.get('fma_ms'), 4)} | {error} |")
     if gains:
-        ordered = sorted(gains)
-        lines += ["", f"Fused against the best pair: {sum(g > 1 for g in gains)} of {len(gains)} layers faster, "
-                      f"{sum(g >= 1.5 for g in gains)} at least 1.5x; median {ordered[len(ordered) // 2]:.2f}x, "
-                      f"min {ordered[0]:.2f}x, max {ordered[-1]:.2f}x."]
+        lines += ["", gain_line("Fused against the best pair", gains)]
     totals = network_totals(report)
     if totals:
         lines += ["", "Per training step, all depthwise backward passes of the network (ms):", "",

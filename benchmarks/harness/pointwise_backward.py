@@ -33,7 +33,7 @@ from .fused_backward import (EFFICIENTNET, MOBILENET, best_pair_ms, best_per_dir
                              timed)
 from .internal import tuner_tolerance
 from .roofline import Peaks, peaks_of
-from .stats import num
+from .stats import gain_line, num
 
 KERNEL_SOURCE = Path(__file__).resolve().parent / "pointwise_kernels.cu"
 BATCH = 64
@@ -202,10 +202,7 @@ def render(report: dict) -> str:
         lines.append(f"| {record['label']} | {calls} | {num(record['stock']['time_ms'], 3)} | {num(pair, 3)} | "
                      f"{fused_text} | {num(gain, 2)} | {bound_text} | {against_bound} | {error} |")
     if gains:
-        ordered = sorted(gains)
-        lines += ["", f"Fused against the best pair: {sum(g > 1 for g in gains)} of {len(gains)} layers it applies to "
-                      f"faster, {sum(g >= 1.5 for g in gains)} at least 1.5x; median {ordered[len(ordered) // 2]:.2f}x, "
-                      f"min {ordered[0]:.2f}x, max {ordered[-1]:.2f}x."]
+        lines += ["", gain_line("Fused against the best pair", gains, "layers it applies to")]
     totals = network_totals(report)
     if totals:
         lines += ["", "Per training step, the backward passes of these layers (ms):", "",

@@ -29,7 +29,7 @@ from . import results
 from .backward_floor import BATCH, SQUEEZE_EXCITATION, graph_of, replay_us
 from .fused_backward import build, relative_error
 from .internal import tuner_tolerance
-from .stats import num
+from .stats import gain_line, num
 
 KERNEL_SOURCE = Path(__file__).resolve().parent / "single_pixel_backward.cu"
 # The launch choices: ways the reduction over output channels (dx) and over images (dW, db) is split.
@@ -147,9 +147,7 @@ def render(report: dict) -> str:
         lines.append(f"| {record['label']} | {calls} | {num(record['stock_us'], 1)} | {ours_text} | {num(gain, 2)} | "
                      f"{error} | {stock_error} |")
     if gains:
-        ordered = sorted(gains)
-        lines += ["", f"Ours against stock: {sum(g >= 1.5 for g in gains)} of {len(gains)} layers at least 1.5x; "
-                      f"median {ordered[len(ordered) // 2]:.2f}x, min {ordered[0]:.2f}x, max {ordered[-1]:.2f}x."]
+        lines += ["", gain_line("Ours against stock", gains)]
     totals = network_totals(report)
     if totals:
         lines += ["", "Per training step, the backward passes of these layers (ms):", "",

@@ -64,3 +64,11 @@ def test_render_prints_a_saved_result_and_bad_reps_are_refused(tmp_path: Path) -
     assert done.stdout == backward_floor.render(report())
     refused = subprocess.run([sys.executable, script, "--reps", "0"], capture_output=True, text=True)
     assert refused.returncode == 2 and "--reps must be at least 1" in refused.stderr
+
+
+def test_gain_line_counts_faster_layers_and_those_at_one_and_a_half() -> None:
+    from harness.stats import gain_line
+
+    assert gain_line("Ours", [0.5, 1.0, 1.2, 1.5, 2.0]) == (
+        "Ours: 3 of 5 layers faster, 2 at least 1.5x; median 1.20x, min 0.50x, max 2.00x.")
+    assert gain_line("Fused", [1.1], "layers it applies to").startswith("Fused: 1 of 1 layers it applies to faster")

@@ -49,7 +49,7 @@ def test_the_table_gives_speed_errors_and_failures() -> None:
     assert "| se 32 -> 8 | efficientnet 1 | 12.0 | 6.0 (4, 1) | 2.00 | 3.0e-04, 2.0e-04, 1.0e-04 |" in markdown
     assert "| se 8 -> 32 | mobilenet 2 | 10.0 | - | — |" in markdown
     assert "| se 1 -> 2 | mobilenet 1 | error: RuntimeError: boom |" in markdown
-    assert "1 of 2 layers at least 1.5x; median 2.00x, min 0.50x, max 2.00x." in markdown
+    assert "Ours against stock: 1 of 2 layers faster, 1 at least 1.5x; median 2.00x, min 0.50x, max 2.00x." in markdown
     assert "| efficientnet_b0 | 0.060 | 0.054 | 0.006 |" in markdown
 
 
