@@ -14,6 +14,10 @@
 // compile-time constant, so that every shared-memory load's offset is an immediate: the kernel
 // is bound by its instruction issue (Nsight Compute: ALU the busiest pipe, 2.6 instructions a
 // cycle an SM, 4-5 instructions issued per multiply-add on the 3x3 layers), not by memory.
+#include "kernels/element_types.h"
+#include "kernels/slice_sum.cuh"
+#include "dense_store.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -23,6 +27,10 @@
 #include <type_traits>
 
 namespace {
+
+using torch_cudnn_algo::kernels::from_acc;
+using torch_cudnn_algo::kernels::to_acc;
+using torch_cudnn_algo::kernels::launch_sum_slices;
 
 constexpr int kSkew = 8;  // halves added to each staged row: spreads rows over banks
 constexpr int kStrip = 8;
@@ -119,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 512 / kThreads)
   float* const taps = reinterpret_cast<float*>(smem + (stage > reduce ? stage : reduce));
   for (int e = threadIdx.x; e < KS * KS * cw; e += kThreads) {
     const int cl = e / (KS * KS), tap = e % (KS * KS);
-    taps[tap * CW + cl] = static_cast<float>(wt[static_cast<int64_t>(c0 + cl) * KS * KS + tap]);
+    taps[tap * CW + cl] = to_acc(wt[static_cast<int64_t>(c0 + cl) * KS * KS + tap]);
   }
   float2 acc[KS][KS];
 #pragma unroll
@@ -271,23 +279,6 @@ __global__ void __launch_bounds__(kThreads, 512 / kThreads)
   }
 }
 
-template <typename T>
-__global__ void sum_slices(const float* __restrict__ partial, int slices, int elements, T* __restrict__ out) {
-  __shared__ float lane_sums[32][8];
-  const int element = threadIdx.x % 8, lane = threadIdx.x / 8;
-  const int e = blockIdx.x * 8 + element;
-  float sum = 0.f;
-  if (e < elements)
-    for (int s = lane; s < slices; s += 32) sum += partial[static_cast<int64_t>(s) * elements + e];
-  lane_sums[lane][element] = sum;
-  __syncthreads();
-  if (lane == 0 && e < elements) {
-    float total = 0.f;
-    for (int l = 0; l < 32; ++l) total += lane_sums[l][element];
-    out[e] = static_cast<T>(total);
-  }
-}
-
 struct Launch {
   Geometry g;
   int ks, s, slices, threads;
@@ -330,8 +321,9 @@ int run(const Launch& l, const void* x, const void* dy, const void* wt, void* dx
   kernel<<<dim3(l.slices, l.g.chunks), l.threads, l.smem, stream>>>(
       l.g, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<const T*>(wt), static_cast<T*>(dx), ws);
   const int elements = l.g.c * KS * KS;
-  sum_slices<T><<<(elements + 7) / 8, 256, 0, stream>>>(ws, l.slices, elements, static_cast<T*>(dw));
-  return static_cast<int>(cudaGetLastError());
+  if (const cudaError_t error = cudaGetLastError(); error != cudaSuccess) return static_cast<int>(error);
+  return static_cast<int>(launch_sum_slices(static_cast<const float*>(ws), l.slices, elements,
+                                            DenseStore<T>{static_cast<T*>(dw)}, stream));
 }
 
 template <typename T>

@@ -35,6 +35,7 @@ from .roofline import Peaks, peaks_of
 from .stats import gain_line, num
 
 KERNEL_SOURCE = Path(__file__).resolve().parent / "depthwise_fused_backward.cu"
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
 MOBILENET, EFFICIENTNET = "mobilenet_v3_large", "efficientnet_b0"
 # (channels, input height = width, filter size, stride, {network: calls per training step}),
 # batch 64, padding filter // 2: every depthwise layer of the two networks.
@@ -100,8 +101,9 @@ def build(directory: Path, source: Path = KERNEL_SOURCE) -> Path:
     import torch
 
     major, minor = torch.cuda.get_device_capability()
+    # The kernels share the extension's element conversions and filter-gradient finish (csrc/kernels/).
     subprocess.run([nvcc, "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-shared", "-Xcompiler", "-fPIC",
-                    f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}", str(source), "-o",
+                    f"-I{CSRC}", f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}", str(source), "-o",
                     str(library)], check=True)
     return library
 

@@ -12,6 +12,10 @@
 // writes one slice of dw partials, and a second kernel adds the slices in a fixed order
 // (deterministic, no atomics). fp16/bf16 in, fp32 accumulation (wmma 16x16x16); K and C
 // multiples of 8.
+#include "kernels/element_types.h"
+#include "kernels/slice_sum.cuh"
+#include "dense_store.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,6 +25,10 @@
 #include <cstdint>
 
 namespace {
+
+using torch_cudnn_algo::kernels::from_acc;
+using torch_cudnn_algo::kernels::to_acc;
+using torch_cudnn_algo::kernels::launch_sum_slices;
 
 namespace wmma = nvcuda::wmma;
 
@@ -41,12 +49,6 @@ struct Geometry {
 __device__ __forceinline__ void copy16(void* dst, const void* src, bool in) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(in ? 16 : 0));
-}
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
 }
 
 inline size_t shared_bytes(const Geometry& g) {
@@ -156,7 +158,7 @@ __global__ void __launch_bounds__(kThreads)
       if (pixel < g.m && col < g.c) {
         alignas(16) T v[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = from_float<T>(scratch[row * kScratchLd + (lane % 2) * 8 + e]);
+        for (int e = 0; e < 8; ++e) v[e] = from_acc<T>(scratch[row * kScratchLd + (lane % 2) * 8 + e]);
         *reinterpret_cast<uint4*>(dx + pixel * g.c + col) = *reinterpret_cast<const uint4*>(v);
       }
       __syncwarp();
@@ -179,23 +181,6 @@ __global__ void __launch_bounds__(kThreads)
       if (kk < g.k && cc < g.c) slice[kk * g.c + cc] = scratch[r * kScratchLd + col];
     }
     __syncwarp();
-  }
-}
-
-template <typename T>
-__global__ void sum_slices(const float* __restrict__ partial, int slices, int elements, T* __restrict__ out) {
-  __shared__ float lane_sums[32][8];
-  const int element = threadIdx.x % 8, lane = threadIdx.x / 8;
-  const int e = blockIdx.x * 8 + element;
-  float sum = 0.f;
-  if (e < elements)
-    for (int s = lane; s < slices; s += 32) sum += partial[static_cast<int64_t>(s) * elements + e];
-  lane_sums[lane][element] = sum;
-  __syncthreads();
-  if (lane == 0 && e < elements) {
-    float total = 0.f;
-    for (int l = 0; l < 32; ++l) total += lane_sums[l][element];
-    out[e] = from_float<T>(total);
   }
 }
 
@@ -264,7 +249,7 @@ __global__ void __launch_bounds__(kThreads)
       if (pixel < g.m && col < g.k) {
         alignas(16) T v[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = from_float<T>(scratch[row * kScratchLd + (lane % 2) * 8 + e]);
+        for (int e = 0; e < 8; ++e) v[e] = from_acc<T>(scratch[row * kScratchLd + (lane % 2) * 8 + e]);
         *reinterpret_cast<uint4*>(y + pixel * g.k + col) = *reinterpret_cast<const uint4*>(v);
       }
       __syncwarp();
@@ -308,8 +293,9 @@ int run(const Launch& l, const void* x, const void* dy, const void* wt, void* dx
   kernel<<<l.slices, kThreads, l.smem, stream>>>(l.g, static_cast<const T*>(x), static_cast<const T*>(dy),
                                                  static_cast<const T*>(wt), static_cast<T*>(dx), workspace);
   const int elements = l.g.k * l.g.c;
-  sum_slices<T><<<(elements + 7) / 8, 256, 0, stream>>>(workspace, l.slices, elements, static_cast<T*>(dw));
-  return static_cast<int>(cudaGetLastError());
+  if (const cudaError_t error = cudaGetLastError(); error != cudaSuccess) return static_cast<int>(error);
+  return static_cast<int>(launch_sum_slices(static_cast<const float*>(workspace), l.slices, elements,
+                                            DenseStore<T>{static_cast<T*>(dw)}, stream));
 }
 
 template <typename T>

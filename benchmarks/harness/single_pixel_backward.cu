@@ -12,6 +12,8 @@
 // that arrives last (an atomic counter per tile) adds them in slice order and writes the tile:
 // the result does not depend on which block finishes last, and the counter is reset for the next
 // launch.
+#include "kernels/element_types.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -19,21 +21,15 @@
 
 namespace {
 
+using torch_cudnn_algo::kernels::from_acc;
+using torch_cudnn_algo::kernels::to_acc;
+
 constexpr int kThreads = 256;
 constexpr int kRowsPerThread = 8;  // 256 threads as 8 warps of 32 columns: 8 x 8 = 64 rows
 constexpr int kTileRows = 64;      // dx rows (images) or dW rows (output channels) per tile
 constexpr int kTileCols = 32;      // input channels per tile
 constexpr int kChunk = 32;         // reduction elements staged per step
 constexpr int kPad = 1;            // shared-memory row padding against bank conflicts
-
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 struct Problem {
   long long m;
@@ -75,13 +71,13 @@ __device__ void dx_tile(const Problem& p, long long block, const T* __restrict__
     for (int i = threadIdx.x; i < kTileRows * kChunk; i += kThreads) {  // dy [64 rows][32 k]
       const int r = i / kChunk, q = i % kChunk;
       const long long m = m0 + r, kk = kb + q;
-      a[r * (kChunk + kPad) + q] = m < p.m && kk < k_end ? to_float(dy[m * p.k + kk]) : 0.f;
+      a[r * (kChunk + kPad) + q] = m < p.m && kk < k_end ? to_acc(dy[m * p.k + kk]) : 0.f;
     }
     for (int i = threadIdx.x; i < kChunk * kTileCols; i += kThreads) {  // W [32 k][32 c]
       const int r = i / kTileCols, q = i % kTileCols;
       const long long kk = kb + r;
       const int cc = c0 + q;
-      b[r * (kTileCols + kPad) + q] = kk < k_end && cc < p.c ? to_float(w[kk * p.c + cc]) : 0.f;
+      b[r * (kTileCols + kPad) + q] = kk < k_end && cc < p.c ? to_acc(w[kk * p.c + cc]) : 0.f;
     }
     __syncthreads();
 #pragma unroll 8
@@ -111,7 +107,7 @@ __device__ void dx_tile(const Problem& p, long long block, const T* __restrict__
 #pragma unroll 4
       for (int s = 0; s < p.split_k; ++s) sum += __ldcg(partial + s * slice_elems + m * p.c + c);
     }
-    dx[m * p.c + c] = from_float<T>(sum);
+    dx[m * p.c + c] = from_acc<T>(sum);
   }
   if (p.split_k > 1 && threadIdx.x == 0) *counter = 0;
 }
@@ -137,13 +133,13 @@ __device__ void dw_tile(const Problem& p, long long block, const T* __restrict__
       const int q = i / kTileRows, r = i % kTileRows;
       const long long m = mb + q;
       const int kk = k0 + r;
-      a[q * (kTileRows + kPad) + r] = m < m_end && kk < p.k ? to_float(dy[m * p.k + kk]) : 0.f;
+      a[q * (kTileRows + kPad) + r] = m < m_end && kk < p.k ? to_acc(dy[m * p.k + kk]) : 0.f;
     }
     for (int i = threadIdx.x; i < kChunk * kTileCols; i += kThreads) {  // x [32 m][32 c]
       const int q = i / kTileCols, t = i % kTileCols;
       const long long m = mb + q;
       const int cc = c0 + t;
-      b[q * (kTileCols + kPad) + t] = m < m_end && cc < p.c ? to_float(x[m * p.c + cc]) : 0.f;
+      b[q * (kTileCols + kPad) + t] = m < m_end && cc < p.c ? to_acc(x[m * p.c + cc]) : 0.f;
     }
     __syncthreads();
 #pragma unroll 8
@@ -179,7 +175,7 @@ __device__ void dw_tile(const Problem& p, long long block, const T* __restrict__
 #pragma unroll 4
       for (int s = 0; s < p.split_m; ++s) sum += __ldcg(partial + s * slice_elems + static_cast<long long>(k) * p.c + c);
     }
-    dw[static_cast<long long>(k) * p.c + c] = from_float<T>(sum);
+    dw[static_cast<long long>(k) * p.c + c] = from_acc<T>(sum);
   }
   if (bias_here && threadIdx.x < kTileRows && k0 + threadIdx.x < p.k) {
     float sum = bias_acc;
@@ -188,7 +184,7 @@ __device__ void dw_tile(const Problem& p, long long block, const T* __restrict__
 #pragma unroll 4
       for (int s = 0; s < p.split_m; ++s) sum += __ldcg(bias_partial + static_cast<long long>(s) * p.k + k0 + threadIdx.x);
     }
-    db[k0 + threadIdx.x] = from_float<T>(sum);
+    db[k0 + threadIdx.x] = from_acc<T>(sum);
   }
   if (p.split_m > 1 && threadIdx.x == 0) *counter = 0;
 }
