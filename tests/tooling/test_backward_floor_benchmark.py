@@ -16,7 +16,7 @@ from harness import backward_floor  # noqa: E402
 
 def record(label: str, calls: dict, stock: float, floor: float, kernels: float = 3.0) -> dict:
     return {"kind": "1x1", "label": label, "calls": calls, "stock_us": stock, "floor_us": floor,
-            "kernels_per_call": kernels, "kernel_us_per_call": stock - 1.0, "kernel_names": ["a", "b", "c"]}
+            "kernels_per_call": kernels, "kernel_us_per_call": stock - 1.0}
 
 
 def report() -> dict:
