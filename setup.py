@@ -19,7 +19,9 @@ import os
 import re
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -42,17 +44,22 @@ ROOT = Path(__file__).resolve().parent
 PACKAGE = ROOT / "src" / "torch_cudnn_algo"
 
 
-def _load_build_helpers():
-    """src/torch_cudnn_algo/_build.py, by path: importing the package would run its
-    initialization (and an installed copy's) during the build."""
-    spec = importlib.util.spec_from_file_location("_torch_cudnn_algo_build", PACKAGE / "_build.py")
+def _load_by_path(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
+def _load_build_helpers():
+    """src/torch_cudnn_algo/_build.py, by path: importing the package would run its
+    initialization (and an installed copy's) during the build."""
+    return _load_by_path("_torch_cudnn_algo_build", PACKAGE / "_build.py")
+
+
 helpers = _load_build_helpers()
+kernel_build = _load_by_path("_torch_cudnn_algo_cuda_kernels", ROOT / "buildtools" / "cuda_kernels.py")
 _unsupported = helpers.torch_support_problem(torch.__version__, torch.version.cuda)
 if _unsupported is not None:
     if torch.version.cuda is None or os.environ.get(helpers.ALLOW_UNSUPPORTED_TORCH, "") in ("", "0"):
@@ -227,13 +234,15 @@ def configure_toolchain():
     return choice
 
 
-def make_extension() -> CppExtension:
+def make_extension() -> tuple[CppExtension, KernelBuild | None]:
+    """The extension, and how its kernels are compiled (None when they are left out)."""
     cudnn_include, cudnn_lib, cudnn_major, cudnn_version = find_cudnn()
     cuda_includes = find_cuda_includes()
     frontend_include = find_cudnn_frontend_include()
     toolchain = configure_toolchain()
     debug = os.environ.get("TORCH_CUDNN_ALGO_DEBUG_BUILD", "") not in ("", "0")
-    write_build_info(cudnn_version, toolchain)
+    kernels = configure_kernels(cuda_includes)
+    write_build_info(cudnn_version, toolchain, kernels)
     print(
         "torch-cudnn-algo build configuration:\n"
         f"  version        {VERSION} (requires {TORCH_REQUIREMENT})\n"
@@ -243,8 +252,9 @@ def make_extension() -> CppExtension:
         f"  CUDA headers   {', '.join(map(str, cuda_includes))}\n"
         f"  cuDNN frontend {frontend_include}\n"
         f"  C++ compiler   {toolchain.describe()}\n"
-        + (f"  own kernels    {find_nvcc()} for sm {os.environ.get(KERNEL_ARCHS_ENV, DEFAULT_KERNEL_ARCHS)}\n"
-           if own_kernels_requested() else f"  own kernels    not built (set {OWN_KERNELS_ENV}=1 to build them)\n") +
+        + (f"  own kernels    {kernels.nvcc.path} (CUDA {kernels.nvcc.release}) for {kernels.architectures.describe()}"
+           + (f"; this nvcc cannot build {' '.join(kernels.dropped)}" if kernels.dropped else "") + "\n"
+           if kernels else f"  own kernels    left out ({kernel_build.OWN_KERNELS_ENV}=0): {kernel_build.WITHOUT_KERNELS}\n") +
         f"  python         {sys.version.split()[0]} (stable ABI, abi3)"
         + ("\n  debug build    symbols kept (TORCH_CUDNN_ALGO_DEBUG_BUILD)" if debug else ""),
         flush=True,
@@ -264,18 +274,18 @@ def make_extension() -> CppExtension:
         # Python's CFLAGS carry -g: without -g0 and the link's -s the library is 51 MB of
         # debug information instead of a few MB (TORCH_CUDNN_ALGO_DEBUG_BUILD=1 keeps it).
         extra_compile_args={"cxx": ["-O2", "-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING"] + ([] if debug else ["-g0"])
-                            + (["-DTORCH_CUDNN_ALGO_OWN_KERNELS"] if own_kernels_requested() else [])},
+                            + (["-DTORCH_CUDNN_ALGO_OWN_KERNELS"] if kernels else [])},
         # Link the soname torch itself loads, so the process keeps a single cuDNN.
         # The rpaths find it next to torch in site-packages, or where we built.
         extra_link_args=[
             f"-l:libcudnn.so.{cudnn_major}",
             "-Wl,-rpath,$ORIGIN/../nvidia/cudnn/lib",
             f"-Wl,-rpath,{cudnn_lib}",
-        ] + (cudart_link_args() if own_kernels_requested() else []) + libstdcxx_link_args() + ([] if debug else ["-s"]),
+        ] + (cudart_link_args() if kernels else []) + libstdcxx_link_args() + ([] if debug else ["-s"]),
         # Only libtorch and the dispatcher are used (no libtorch_python), so one
         # abi3 wheel serves every CPython >= 3.10 with this torch.
         py_limited_api=True,
-    )
+    ), kernels
 
 
 def cudart_link_args() -> list[str]:
@@ -301,76 +311,83 @@ def libstdcxx_link_args() -> list[str]:
     return directory + ["-l:libstdc++.so.6"]
 
 
-# Our own kernels (csrc/kernels/*.cu, the "tca.direct" candidate) are built only
-# when asked: they need nvcc, and measured against cuDNN's best they do not win
-# yet (benchmarks/results/kernels-*.md), so the default build leaves them out.
-OWN_KERNELS_ENV = "TORCH_CUDNN_ALGO_OWN_KERNELS"
+@dataclass(frozen=True)
+class KernelBuild:
+    """How our kernels (csrc/kernels/*.cu, the "tca.direct" candidate) are compiled:
+    buildtools/cuda_kernels.py decides, this build runs it."""
+
+    nvcc: object  # kernel_build.Nvcc
+    architectures: object  # kernel_build.Architectures
+    dropped: list[str]
+    flags: list[str]
+    jobs: int
 
 
-def own_kernels_requested() -> bool:
-    return os.environ.get(OWN_KERNELS_ENV, "") not in ("", "0")
+def _kernel_build_exit(exc: Exception) -> NoReturn:
+    sys.exit(f"torch-cudnn-algo: {exc}")
 
 
-# GPU architectures our own kernels are compiled for: SASS
-# for each (sm_80 also runs on sm_86/sm_89) and PTX of the newest, which the
-# driver compiles once for a GPU none of them fits.
-KERNEL_ARCHS_ENV = "TORCH_CUDNN_ALGO_CUDA_ARCHS"
-DEFAULT_KERNEL_ARCHS = "80;90;100;120"
-
-
-def find_nvcc() -> Path:
-    """nvcc of the CUDA toolkit torch finds (CUDA_HOME, nvcc on PATH, /usr/local/cuda)."""
-    nvcc = Path(CUDA_HOME) / "bin" / "nvcc" if CUDA_HOME else None
-    if nvcc is None or not nvcc.is_file():
-        sys.exit(
-            "torch-cudnn-algo: nvcc not found; the own kernels (csrc/kernels/) need a CUDA toolkit "
-            f"of torch's CUDA major release ({torch.version.cuda}): set CUDA_HOME to it or put its "
-            f"nvcc on PATH. Looked for: {nvcc or 'CUDA_HOME unset and no nvcc on PATH'}"
-        )
-    return nvcc
-
-
-def kernel_gencode_flags(nvcc: Path) -> list[str]:
+def configure_kernels(cuda_includes: list[Path]) -> KernelBuild | None:
+    """Our kernels' nvcc, architectures and flags; None when TORCH_CUDNN_ALGO_OWN_KERNELS=0
+    leaves them out. Exits naming the fix when they cannot be built."""
     import subprocess
 
-    supported = set(subprocess.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True,
-                                   check=True).stdout.split())
-    archs = [a.strip() for a in os.environ.get(KERNEL_ARCHS_ENV, DEFAULT_KERNEL_ARCHS).split(";") if a.strip()]
-    wanted = [a for a in archs if f"compute_{a}" in supported]
-    if not wanted:
-        sys.exit(f"torch-cudnn-algo: {nvcc} supports none of the architectures {archs} "
-                 f"({KERNEL_ARCHS_ENV}); it offers {sorted(supported)}")
-    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in wanted]
-    return flags + [f"-gencode=arch=compute_{wanted[-1]},code=compute_{wanted[-1]}"]
+    from torch.utils.cpp_extension import _get_cuda_arch_flags
 
+    try:
+        if not kernel_build.kernels_wanted(os.environ):
+            return None
+        cuda = torch.version.cuda
+        given = [Path(os.environ[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+        pip = [pkg / "bin" / "nvcc" for name in ("cu13", "cuda_nvcc") for pkg in _nvidia_package_dirs(name)]
+        toolkits = [Path(home) / "bin" / "nvcc" for home in (CUDA_HOME, "/usr/local/cuda") if home]
+        nvcc = kernel_build.choose_nvcc(cuda, given, pip, toolkits)
 
-def compile_kernels(build_temp: str) -> list[str]:
-    """Compiles csrc/kernels/*.cu with nvcc alone (they include no torch header,
-    so only the toolkit's own headers are seen) into objects for the extension;
-    an object newer than its sources and built with the same flags is kept."""
-    import subprocess
+        def torch_rules() -> list[str]:
+            try:
+                return _get_cuda_arch_flags()
+            except (ValueError, IndexError) as exc:
+                raise kernel_build.KernelBuildError(
+                    f"{kernel_build.ARCH_LIST_ENV}={os.environ.get(kernel_build.ARCH_LIST_ENV, '')!r}: {exc} "
+                    "(valid: e.g. \"8.0;9.0+PTX\", or names such as \"Ampere;Hopper\")") from None
 
-    nvcc = find_nvcc()
-    flags = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC", f"-I{ROOT / 'csrc'}", "--expt-relaxed-constexpr"]
-    flags += kernel_gencode_flags(nvcc)
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        wanted = kernel_build.choose_architectures(os.environ, gpus, torch_rules, torch._C._cuda_getArchFlags())
+        listed = subprocess.run([str(nvcc.path), "--list-gpu-arch"], capture_output=True, text=True, check=False)
+        architectures, dropped = kernel_build.supported_by(wanted, listed.stdout.split())
+        jobs = kernel_build.jobs(os.environ, os.cpu_count())
+    except kernel_build.KernelBuildError as exc:
+        _kernel_build_exit(exc)
+    # The runtime headers of torch's CUDA release (the pip packages' have no nvcc.profile of their
+    # own), and their cccl (cuda/std, nv/target) as system headers, as a toolkit's nvcc has them.
+    includes = [f"-I{d}" for d in cuda_includes[:1]]
+    includes += [arg for d in cuda_includes[:1] if (d / "cccl").is_dir() for arg in ("-isystem", str(d / "cccl"))]
+    # --compress-mode=size: the machine code of six architectures and PTX take 7 MB instead of 40
+    # (decompressed once, when the driver loads a kernel file).
+    flags = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC", f"-I{ROOT / 'csrc'}", *includes, "--expt-relaxed-constexpr",
+             "--compress-mode=size",
+             # The kernels report what they were built for (a GPU they cannot run on is told why);
+             # "/" between the names, since nvcc splits an option's value at commas.
+             f"-DTORCH_CUDNN_ALGO_KERNEL_ARCHS={'/'.join(architectures.names())}", *architectures.flags]
     if os.environ.get("CXX"):
         flags += ["-ccbin", os.environ["CXX"]]
-    out_dir = Path(build_temp) / "kernels"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    headers = [*(ROOT / "csrc" / "kernels").glob("*.h"), *(ROOT / "csrc" / "kernels").glob("*.cuh")]
-    objects = []
-    for source in sorted((ROOT / "csrc" / "kernels").glob("*.cu")):
-        target = out_dir / (source.stem + ".o")
-        stamp = out_dir / (source.stem + ".flags")
-        newest = max(p.stat().st_mtime for p in [source, *headers])
-        if not (target.exists() and target.stat().st_mtime >= newest and stamp.exists()
-                and stamp.read_text() == " ".join(flags)):
-            command = [str(nvcc), *flags, "-c", str(source), "-o", str(target)]
-            print("torch-cudnn-algo: " + " ".join(command), flush=True)
-            subprocess.run(command, check=True)
-            stamp.write_text(" ".join(flags))
-        objects.append(str(target))
-    return objects
+    return KernelBuild(nvcc, architectures, dropped, flags, jobs)
+
+
+def compile_kernels(kernels: KernelBuild, build_temp: str) -> list[str]:
+    """Compiles csrc/kernels/*.cu with nvcc alone (they include no torch header, so only
+    CUDA's own headers are seen), one process per file in parallel, into objects for the
+    extension; an object newer than its sources and built with the same command is kept."""
+    directory = ROOT / "csrc" / "kernels"
+    sources = sorted(directory.glob("*.cu"))
+    headers = [*directory.glob("*.h"), *directory.glob("*.cuh")]
+    threads = max(1, kernels.jobs // max(1, len(sources)))
+    work = kernel_build.compilations(kernels.nvcc.path, sources, kernels.flags, Path(build_temp) / "kernels", threads)
+    try:
+        return [str(o) for o in kernel_build.compile_all(work, headers, min(kernels.jobs, len(sources)),
+                                                           log=lambda line: print(line, flush=True))]
+    except kernel_build.KernelBuildError as exc:
+        _kernel_build_exit(exc)
 
 
 class BuildExtensionSharingLibstdcxx(BuildExtension):
@@ -378,8 +395,8 @@ class BuildExtensionSharingLibstdcxx(BuildExtension):
     extension not linked to the shared libstdc++.so.6."""
 
     def build_extension(self, ext) -> None:
-        if own_kernels_requested():
-            ext.extra_objects = compile_kernels(self.build_temp)
+        if KERNELS is not None:
+            ext.extra_objects = compile_kernels(KERNELS, self.build_temp)
         super().build_extension(ext)
         path = self.get_ext_fullpath(ext.name)
         if "libstdc++.so.6" not in helpers.elf_needed(path):
@@ -391,7 +408,7 @@ class BuildExtensionSharingLibstdcxx(BuildExtension):
             )
 
 
-def write_build_info(cudnn_version: str, toolchain) -> None:
+def write_build_info(cudnn_version: str, toolchain, kernels: KernelBuild | None) -> None:
     """What this build is for, read at import by the version gate; BuildPy writes it as
     torch_cudnn_algo/_build_info.py into the build, never into the source tree."""
     BUILD_INFO.update({
@@ -402,6 +419,8 @@ def write_build_info(cudnn_version: str, toolchain) -> None:
         "CXX": toolchain.compiler.command,
         # The compiler's libstdc++ (its headers' release): the oldest one the extension runs with.
         "GLIBCXX": ".".join(map(str, toolchain.compiler.glibcxx)) if toolchain.compiler.glibcxx else None,
+        # Our kernels' architectures ("sm_80 sm_90 compute_90"), None in a build without them.
+        "KERNEL_ARCHS": " ".join(kernels.architectures.names()) if kernels else None,
     })
 
 
@@ -416,11 +435,12 @@ class BuildPy(build_py):
         target.write_text(helpers.render_build_info(BUILD_INFO))
 
 
+EXTENSION, KERNELS = make_extension()
 setup(
     version=VERSION,
     # tqdm: tune()'s progress bar.
     install_requires=[TORCH_REQUIREMENT, "tqdm"],
-    ext_modules=[make_extension()],
+    ext_modules=[EXTENSION],
     cmdclass={"build_ext": BuildExtensionSharingLibstdcxx, "build_py": BuildPy},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

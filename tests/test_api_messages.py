@@ -80,4 +80,6 @@ def test_version_names_the_build_and_the_running_torch(capsys):
     assert out.endswith(f"running torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"), out
     built = torch_cudnn_algo._extension.build_info()
     if built is not None:  # an installed build records what it was made for
-        assert f"{built['VERSION']} (built for torch " in out and f"cuDNN {built['CUDNN']})" in out
+        assert f"{built['VERSION']} (built for torch " in out and f"cuDNN {built['CUDNN']}, " in out
+        kernels = f"our kernels for {built['KERNEL_ARCHS']})" if built["KERNEL_ARCHS"] else "without our kernels)"
+        assert kernels in out, out

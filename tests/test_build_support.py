@@ -107,11 +107,15 @@ def test_install_build_deps_installs_headers_of_the_installed_torch_s_cuda():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     cuda = torch.version.cuda
-    assert result.stdout.splitlines() == [
+    kernels = os.environ.get("TORCH_CUDNN_ALGO_OWN_KERNELS", "").strip().lower() not in ("0", "false", "no", "off")
+    assert result.stdout.splitlines()[:2] == [
         "install-build-deps: -m pip install --no-deps nvidia-cudnn-frontend",
         f"install-build-deps: -m pip install nvidia-cuda-runtime=={cuda}.* nvidia-cuda-crt=={cuda}.* "
         f"nvidia-cuda-cccl=={cuda}.*",
     ]
+    # nvcc for our kernels, of the same release (tests/test_build_kernels.py: not when they are left out).
+    assert (f"install-build-deps: -m pip install nvidia-cuda-nvcc=={cuda}.* nvidia-nvvm=={cuda}.*"
+            in result.stdout.splitlines()) == kernels
 
 
 def test_install_build_deps_refuses_a_cpu_only_torch(monkeypatch, capsys):

@@ -10,9 +10,20 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+import torch
 
 import torch_cudnn_algo
 from torch_cudnn_algo import _build
+
+
+def kernel_targets() -> int:
+    """The architectures our kernels were built for, machine code and PTX each one (0 without them)."""
+    info = torch_cudnn_algo._extension.build_info()
+    if info is not None:
+        return len((info["KERNEL_ARCHS"] or "").split())
+    # An editable or in-place build records nothing: at most torch's architectures and PTX.
+    built = torch_cudnn_algo.is_available() and torch_cudnn_algo._ops.own_kernels_built()
+    return len(torch._C._cuda_getArchFlags().split()) + 1 if built and torch.version.cuda else 0
 
 
 def installed_extension() -> Path:
@@ -30,7 +41,9 @@ def test_extension_is_stripped_and_abi3():
     assert ".text" in sections and ".dynsym" in sections
     assert not [s for s in sections if s.startswith(".debug") or s == ".symtab"], sections
     assert path.name == "_C.abi3.so"
-    assert path.stat().st_size < 8 * 2**20, path.stat().st_size
+    # docs/wheels.md: 2.3 MB of host code, and about 1.2 MB of our kernels per architecture.
+    bound = 3 * 2**20 + kernel_targets() * 1.3 * 2**20
+    assert path.stat().st_size < bound, (path.stat().st_size, bound)
 
 
 def test_nothing_but_the_package_is_installed():
@@ -49,17 +62,19 @@ def test_nothing_but_the_package_is_installed():
 
 @pytest.mark.skipif(os.environ.get("TORCH_CUDNN_ALGO_DEBUG_BUILD", "") not in ("", "0"),
                     reason="a debug build keeps its symbols")
-def test_wheel_stays_under_1_2_mb():
-    # docs/wheels.md: the wheel is about 1 MB, under 1.2 MB (the stripped extension deflates to
-    # about 0.9 MB). A wheel is a zip, deflated: its size is about the deflated extension plus the
-    # deflated Python files and the README (its METADATA). Estimated the same way here,
-    # from what is installed, without building one.
+def test_wheel_stays_under_its_bound():
+    # docs/wheels.md: without our kernels the wheel is about 1 MB, under 1.2 MB (the stripped
+    # extension deflates to about 0.9 MB); our kernels add about 1.0 MB per architecture and
+    # 0.6 MB for PTX (7.6 MB for the six architectures and PTX of a wheel). A wheel is a zip,
+    # deflated: its size is about the deflated extension plus the deflated Python files and the
+    # README (its METADATA). Estimated the same way here, from what is installed, without building one.
     package = Path(torch_cudnn_algo.__file__).parent
     files = [installed_extension(), *package.rglob("*.py")]
     readme = package.parent.parent / "README.md"  # beside src/ in an editable install; else an allowance
     estimate = sum(len(zlib.compress(f.read_bytes(), 6)) for f in files)
     estimate += len(zlib.compress(readme.read_bytes(), 6)) if readme.exists() else 40_000
-    assert estimate < 1_200_000, f"the wheel would be about {estimate:,} bytes: update docs/wheels.md's 'under 1.2 MB'"
+    bound = 1_200_000 + kernel_targets() * 1_200_000
+    assert estimate < bound, f"the wheel would be about {estimate:,} bytes, over {bound:,}: update docs/wheels.md"
 
 
 def test_the_built_extension_loads_into_this_torch():

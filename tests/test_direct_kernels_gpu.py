@@ -16,10 +16,10 @@ from conv_cases import ConvForm, memory_format, reaches_cudnn, reference, refere
 
 pytestmark = pytest.mark.gpu
 
-# The kernels are in a build only with TORCH_CUDNN_ALGO_OWN_KERNELS=1 (docs/usage.md).
+# The kernels are in every build but one made with TORCH_CUDNN_ALGO_OWN_KERNELS=0 (docs/usage.md).
 own_kernels = pytest.mark.skipif(
     not (torch_cudnn_algo.is_available() and torch_cudnn_algo._ops.own_kernels_built()),
-    reason="this build has no own kernels: build with TORCH_CUDNN_ALGO_OWN_KERNELS=1")
+    reason="this build leaves our kernels out (TORCH_CUDNN_ALGO_OWN_KERNELS=0)")
 
 ALL_DIRECTIONS = dict(conv_fwd_algo="tca.direct", conv_bwd_data_algo="tca.direct",
                       conv_bwd_filter_algo="tca.direct", conv_algo_strict=True)
@@ -203,10 +203,18 @@ def test_a_build_without_them_refuses_naming_the_build_option() -> None:
     x = torch.randn(2, 8, 6, 6, device="cuda", dtype=torch.float16)
     w = torch.randn(8, 1, 3, 3, device="cuda", dtype=torch.float16)
     with torch_cudnn_algo.flags(conv_fwd_algo="tca.direct", conv_algo_strict=True):
-        with pytest.raises(RuntimeError, match="TORCH_CUDNN_ALGO_OWN_KERNELS=1"):
+        with pytest.raises(RuntimeError, match="TORCH_CUDNN_ALGO_OWN_KERNELS=0"):
             F.conv2d(x, w, padding=1, groups=8)
-    assert not [c for c in torch_cudnn_algo.list_algorithms("conv2d 2x8x6x6 -> 8x3x3 s1 p1 g8 fp16 fwd")
-                if c.kind == "kernel"]
+    (kernel,) = [c for c in torch_cudnn_algo.list_algorithms("conv2d 2x8x6x6 -> 8x3x3 s1 p1 g8 fp16 fwd")
+                 if c.kind == "kernel"]
+    assert kernel.status.startswith("unsupported: this build leaves our kernels out"), kernel
+
+
+@own_kernels
+def test_the_default_build_lists_them_as_a_candidate_where_they_run() -> None:
+    (kernel,) = [c for c in torch_cudnn_algo.list_algorithms("conv2d 8x32x28x28 -> 32x3x3 s1 p1 g32 fp16 "
+                                                             "channels_last fwd") if c.kind == "kernel"]
+    assert kernel.value == "tca.direct" and kernel.status == "ok", kernel
 
 
 @own_kernels

@@ -64,6 +64,65 @@ def test_zero_or_empty_turns_it_off(monkeypatch, off):
     assert not save("k", b"x") and _ops.tuning_db_load("execution_plan", "k") is None
 
 
+IMPORT_WARNINGS = """
+import json, warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    import torch_cudnn_algo
+    from torch_cudnn_algo import _db
+print("RESULT" + json.dumps({"warnings": [str(w.message) for w in caught], "dir": _db.tuning_db_dir(),
+                             "bound": _db.tuning_db_max_bytes()}))
+"""
+
+
+def import_with(tmp_path: Path, **settings: str) -> dict:
+    """What importing the package in a fresh process warns, and the settings then in force."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_CUDNN_ALGO")}
+    env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", XDG_CACHE_HOME=str(tmp_path / "xdg"), **settings)
+    result = subprocess.run([sys.executable, "-c", IMPORT_WARNINGS], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
+    return json.loads(line[len("RESULT"):])
+
+
+@pytest.mark.parametrize("bad", ["banana", "-5", "0", "1.5", ""])
+def test_a_size_bound_that_is_not_a_whole_number_of_megabytes_warns_once_at_import(tmp_path, bad):
+    got = import_with(tmp_path, TORCH_CUDNN_ALGO_DB_MAX_MB=bad)
+    mine = [w for w in got["warnings"] if "TORCH_CUDNN_ALGO_DB_MAX_MB" in w]
+    assert len(mine) == 1, got["warnings"]
+    assert f"TORCH_CUDNN_ALGO_DB_MAX_MB={bad}:" in mine[0]
+    assert "whole numbers of megabytes from 1" in mine[0] and "default 1024 MB" in mine[0]
+    assert got["bound"] == 1024 * 2**20  # the default, not 1 MiB
+
+
+def test_a_good_size_bound_is_taken_without_a_word(tmp_path):
+    got = import_with(tmp_path, TORCH_CUDNN_ALGO_DB_MAX_MB="2048")
+    assert got["bound"] == 2048 * 2**20 and not [w for w in got["warnings"] if "TORCH_CUDNN_ALGO" in w]
+
+
+def test_a_database_path_naming_a_file_warns_at_import_and_the_default_is_used(tmp_path):
+    regular = tmp_path / "not-a-directory"
+    regular.write_text("mine")
+    got = import_with(tmp_path, TORCH_CUDNN_ALGO_DB=str(regular))
+    mine = [w for w in got["warnings"] if "TORCH_CUDNN_ALGO_DB=" in w]
+    assert len(mine) == 1, got["warnings"]
+    assert str(regular) in mine[0] and "not a directory" in mine[0] and "or to 0" in mine[0]
+    default = str(tmp_path / "xdg" / "torch_cudnn_algo" / "db")
+    assert default in mine[0] and got["dir"] == default
+    assert regular.read_text() == "mine"  # nothing written into the user's file
+
+
+def test_the_db_command_on_a_database_path_naming_a_file_says_so(monkeypatch, tmp_path, capsys):
+    regular = tmp_path / "file"
+    regular.write_text("")
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(regular))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    with pytest.warns(UserWarning, match="not a directory"):
+        assert cli.main(["db", "list"]) == 0
+    assert str(tmp_path / "xdg" / "torch_cudnn_algo" / "db") in capsys.readouterr().out
+
+
 def test_by_default_it_is_under_the_users_cache_directory(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCH_CUDNN_ALGO_DB", raising=False)
     monkeypatch.delenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", raising=False)
@@ -474,4 +533,12 @@ def test_db_command_imports_and_exports(monkeypatch, tmp_path, capsys):
     assert [entry.choice for entry in plan.entries.values()] == ["eng1"]
     assert cli.main(["db", "import"]) == 2
     assert "give the directory" in capsys.readouterr().err
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "empty"))
+    assert cli.main(["db", "export", str(tmp_path / "empty-plan.json")]) == 2
+    assert "holds no decisions, so there is nothing to export" in capsys.readouterr().err
+    assert not (tmp_path / "empty-plan.json").exists()
+    monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "here"))
+    assert cli.main(["db", "export", str(tmp_path / "a100.json"), "--gpu", "NVIDIA A100"]) == 2
+    assert "no readable decisions for the GPU model 'NVIDIA A100'" in capsys.readouterr().err
+    assert not (tmp_path / "a100.json").exists()
     assert cli.main(["db", "import", str(tmp_path / "nowhere")]) == 2

@@ -256,6 +256,21 @@ def test_classify_scalars_are_not_close():
     assert up.regression_entry("f.py::t", up.TestResult("f.py::t", "failed", message), "failed")["max_rel"] == "inf"
 
 
+@pytest.mark.parametrize("message, label", [
+    ("URLError: <urlopen error [Errno -3] Temporary failure in name resolution>", "other"),
+    ("RuntimeError: torch_cudnn_algo autoload was loaded here too", "exception"),
+    ("torch.OutOfMemoryError: CUDA out of memory", "oom"),
+    ("AssertionError: Scalars are not close!\n\nAbsolute difference: 0.5 (up to 1e-05 allowed)", "numerics"),
+])
+def test_a_test_that_fails_stock_is_never_ours(message, label):
+    ours = up.classify(up.TestResult("f.py::t", "failed", message))
+    stock = up.classify_stock_failure(up.TestResult("f.py::t", "failed", message))
+    assert (stock.cls, stock.label, stock.detail) == ("stock", label, ours.detail)
+    assert "ours" not in stock.label
+    crashed = up.classify_stock_failure(up.TestResult("f.py::t", "crashed", "", returncode=-11))
+    assert (crashed.cls, crashed.label) == ("stock", "crash (signal 11)")
+
+
 def test_classify_ours(junit_results):
     assert _classify(junit_results, "test_oom_cuda").label == "ours: oom"
     ours = _classify(junit_results, "test_ours_cuda")
@@ -355,7 +370,7 @@ class TestTable(expecttest.TestCase):
                  ]},
             ],
             "stock_rerun": {"tests": 1, "passed_alone": [],
-                            "still_failing": [{"test": "t.py::T::test_net", "label": "ours: other",
+                            "still_failing": [{"test": "t.py::T::test_net", "label": "other",
                                                "detail": "URLError: no network"}]},
             "rerun": {"candidates": 3, "confirmed": 2, "cleared": 1},
             "exit_status": 1,
@@ -373,7 +388,7 @@ file `/x/test_convolution.py`, `-k CUDA or cuda or cudnn`, torch 2.11.0+cu130 (g
 Counts are the parallel runs', the large-tensor tests' results (run alone, after them) in place; *time*: the parallel run's, + the large-tensor run's. *ours* and *numerics* count the tests that pass stock and fail under the setting, confirmed by a re-run alone on the GPU; *cleared* failed in the parallel run and passed alone.
 
 Stock failures re-run alone: 1; passed alone: 0, still failing: 1.
-- stock fails: `T::test_net`: ours: other: URLError: no network
+- stock fails: `T::test_net`: other: URLError: no network
 
 Re-run alone: 3 tests that passed stock and failed or skipped under a setting in parallel; 2 failed again (confirmed), 1 failed in parallel and passed alone (cleared).
 

@@ -591,4 +591,33 @@ int launch_direct_conv(const DirectLaunch& l, const void* a, const void* b, void
 
 const char* direct_conv_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
+namespace {
+// Asked for its attributes, the runtime loads this file's code for the current
+// GPU, as a launch would: machine code of its architecture, or PTX the driver
+// compiles. Every kernel file is compiled with the same architectures
+// (buildtools/cuda_kernels.py), so what holds for this one holds for all.
+__global__ void image_probe() {}
+
+#define TCA_STRINGIFY(...) #__VA_ARGS__
+#define TCA_EXPAND_STRINGIFY(...) TCA_STRINGIFY(__VA_ARGS__)
+}  // namespace
+
+std::string direct_conv_image_problem() {
+  cudaFuncAttributes attributes;
+  const cudaError_t error = cudaFuncGetAttributes(&attributes, image_probe);
+  if (error == cudaSuccess) return "";
+  cudaGetLastError();  // not a sticky error: leave nothing behind for the next launch's check
+  return cudaGetErrorString(error);
+}
+
+std::string direct_conv_architectures() {
+#ifdef TORCH_CUDNN_ALGO_KERNEL_ARCHS
+  std::string names = TCA_EXPAND_STRINGIFY(TORCH_CUDNN_ALGO_KERNEL_ARCHS);  // "sm_80/sm_90/compute_90"
+  std::replace(names.begin(), names.end(), '/', ' ');
+  return names;
+#else
+  return "unknown architectures";
+#endif
+}
+
 }  // namespace torch_cudnn_algo::kernels

@@ -67,4 +67,12 @@ int launch_direct_conv(const DirectLaunch& launch, const void* a, const void* b,
 // The CUDA error text of a launch's code.
 const char* direct_conv_error_string(int code);
 
+// Why the kernels cannot run on the current GPU ("" when they can): the build
+// has neither machine code for its architecture nor PTX its driver compiles.
+std::string direct_conv_image_problem();
+
+// The architectures the kernels were compiled for: machine code, then PTX
+// ("sm_80 sm_90 compute_90").
+std::string direct_conv_architectures();
+
 }  // namespace torch_cudnn_algo::kernels

@@ -78,7 +78,8 @@ int64_t products_per_element(const kernels::DirectConvShape& s, Direction direct
 // Why our kernels do not take `key`, before asking them: "" when they might.
 std::string refusal_of(const ConvKey& key, const kernels::DirectConvShape& shape) {
   if (!own_kernels_built())
-    return "this build has no own kernels (build with TORCH_CUDNN_ALGO_OWN_KERNELS=1, which needs nvcc)";
+    return "this build leaves our kernels out (it was built with TORCH_CUDNN_ALGO_OWN_KERNELS=0; "
+           "build without that setting to have them)";
   if (key.dim != 4) return "it runs 1-d and 2-d convolutions only (4-d tensors), not 3-d";
   const auto format = key.format();
   if (format != at::MemoryFormat::Contiguous && format != at::MemoryFormat::ChannelsLast)
@@ -91,6 +92,21 @@ std::string refusal_of(const ConvKey& key, const kernels::DirectConvShape& shape
   return "";
 }
 
+#ifdef TORCH_CUDNN_ALGO_OWN_KERNELS
+// Why the kernels cannot run on `device` at all ("" when they can): a wheel
+// built without machine code for its architecture and without PTX it can
+// compile. Such a GPU has no "tca.direct" candidate; nothing launches there.
+std::string image_refusal(int device) {
+  const std::string problem = kernels::direct_conv_image_problem();
+  if (problem.empty()) return "";
+  const auto* properties = at::cuda::getDeviceProperties(device);
+  const std::string capability = std::to_string(properties->major) + "." + std::to_string(properties->minor);
+  return "this build's kernels have no code this GPU (compute capability " + capability + ") can run (" +
+         problem + "); they were compiled for " + kernels::direct_conv_architectures() +
+         ": build the package on this machine, or with TORCH_CUDA_ARCH_LIST=" + capability;
+}
+#endif
+
 std::shared_ptr<const Runner> build_runner(const ConvKey& key) {
   auto runner = std::make_shared<DirectRunner>();
   runner->key = key;
@@ -98,6 +114,7 @@ std::shared_ptr<const Runner> build_runner(const ConvKey& key) {
   const kernels::DirectConvShape shape = direct_shape(key);
   runner->refusal = refusal_of(key, shape);
 #ifdef TORCH_CUDNN_ALGO_OWN_KERNELS
+  if (runner->refusal.empty()) runner->refusal = image_refusal(key.device);
   if (runner->refusal.empty()) {
     runner->launch = kernels::prepare_direct_conv(shape, direct_dtype(key.scalar_type()), direct_direction(key.dir()),
                                                   at::cuda::getDeviceProperties(key.device)->multiProcessorCount);

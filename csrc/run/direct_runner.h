@@ -9,8 +9,8 @@
 
 namespace torch_cudnn_algo {
 
-// Whether this build has the kernels (setup.py builds them only with
-// TORCH_CUDNN_ALGO_OWN_KERNELS=1); without them every runner refuses, saying so.
+// Whether this build has the kernels (every build but one made with
+// TORCH_CUDNN_ALGO_OWN_KERNELS=0); without them every runner refuses, saying so.
 bool own_kernels_built();
 
 // The flag value that names the direct kernels.

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace torch_cudnn_algo {
@@ -200,13 +201,28 @@ void keep_size_bound(const std::string& dir) {
 
 }  // namespace
 
-std::string tuning_db_dir() {
-  for (const char* name : {"TORCH_CUDNN_ALGO_DB", "TORCH_CUDNN_ALGO_COMPILE_CACHE"}) {
-    if (const char* set = std::getenv(name)) {
-      const std::string dir = set;
-      return dir == "0" ? std::string() : dir;
-    }
+namespace {
+
+constexpr int64_t kDefaultMaxMb = 1024;
+
+// One warning per setting and value that cannot be used (the settings are read
+// on every call, and the package reads both at import, so a bad one is told
+// there): what was set, what is valid, what is in force instead.
+void warn_bad_setting(const char* name, const std::string& value, const std::string& why) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!warned.insert(std::string(name) + "=" + value).second) return;
   }
+  try {
+    warn_to_python("torch_cudnn_algo: ignoring " + std::string(name) + "=" + value + ": " + why);
+  } catch (...) {
+    // warnings turned into errors: a setting the database falls back from must not fail the caller
+  }
+}
+
+std::string default_db_dir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/torch_cudnn_algo/db";
   const char* home = std::getenv("HOME");
@@ -214,8 +230,42 @@ std::string tuning_db_dir() {
   return {};
 }
 
+}  // namespace
+
+std::string tuning_db_dir() {
+  for (const char* name : {"TORCH_CUDNN_ALGO_DB", "TORCH_CUDNN_ALGO_COMPILE_CACHE"}) {
+    if (const char* set = std::getenv(name)) {
+      const std::string dir = set;
+      if (dir == "0" || dir.empty()) return {};
+      std::error_code error;
+      // A directory, or a path where one can be made: anything else there is not ours to write into.
+      if (!fs::exists(dir, error) || fs::is_directory(dir, error)) return dir;
+      const std::string fallback = default_db_dir();
+      warn_bad_setting(name, dir, "it names something that is not a directory; set it to a directory (made "
+                       "if missing), or to 0 to turn the tuning database off. Using " +
+                       (fallback.empty() ? std::string("none: the database is off") : "the default " + fallback));
+      return fallback;
+    }
+  }
+  return default_db_dir();
+}
+
 int64_t tuning_db_max_bytes() {
-  return std::max<int64_t>(1, env_int("TORCH_CUDNN_ALGO_DB_MAX_MB", 1024)) << 20;
+  constexpr const char* kName = "TORCH_CUDNN_ALGO_DB_MAX_MB";
+  const char* set = std::getenv(kName);
+  if (set == nullptr) return kDefaultMaxMb << 20;
+  const std::string text = set;
+  // A whole number of megabytes, at least 1 and small enough to count in bytes.
+  int64_t mb = 0;
+  bool valid = !text.empty() && text.size() <= 12;
+  for (const char c : text) valid = valid && c >= '0' && c <= '9';
+  if (valid) mb = std::stoll(text);
+  if (!valid || mb < 1) {
+    warn_bad_setting(kName, text, "valid values are whole numbers of megabytes from 1 (e.g. 2048). Using the "
+                     "default " + std::to_string(kDefaultMaxMb) + " MB");
+    return kDefaultMaxMb << 20;
+  }
+  return mb << 20;
 }
 
 const char* db_kind_name(DbKind kind) {

@@ -25,10 +25,12 @@ namespace torch_cudnn_algo {
 // The directory, read on every call: TORCH_CUDNN_ALGO_DB (or, if that is
 // unset, the older TORCH_CUDNN_ALGO_COMPILE_CACHE); unset,
 // $XDG_CACHE_HOME/torch_cudnn_algo/db, else ~/.cache/torch_cudnn_algo/db;
-// "" when off (the variable "0" or empty, or no home directory).
+// "" when off (the variable "0" or empty, or no home directory). A variable
+// naming something that is not a directory warns once and the default is used.
 std::string tuning_db_dir();
 
-// The size bound in bytes: TORCH_CUDNN_ALGO_DB_MAX_MB megabytes (default 1024).
+// The size bound in bytes: TORCH_CUDNN_ALGO_DB_MAX_MB megabytes (default 1024;
+// a value that is not a whole number from 1 warns once and the default is used).
 int64_t tuning_db_max_bytes();
 
 enum class DbKind : int8_t {

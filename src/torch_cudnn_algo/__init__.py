@@ -144,6 +144,7 @@ def _initialize() -> None:
             _warn.warn(f"torch_cudnn_algo: could not install the profiler ({type(exc).__name__}: {exc})",
                           stacklevel=3)
         _plan.apply_environment()  # TORCH_CUDNN_ALGO_PLAN; warns, never raises
+        _db.check_environment()  # TORCH_CUDNN_ALGO_DB, TORCH_CUDNN_ALGO_DB_MAX_MB; warns, never raises
     else:
         _warn.warn(
             f"torch_cudnn_algo: the C++ extension could not be loaded ({_extension.load_error()}); "

@@ -8,7 +8,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import _ops
+from . import _ops, _warn
 from ._conv_spec import ConvSpec
 from ._plan import Plan, PlanEntry, SerializedExecutionPlan
 
@@ -45,6 +45,17 @@ def tuning_db_max_bytes() -> int:
     """The database's size bound: ``TORCH_CUDNN_ALGO_DB_MAX_MB`` megabytes (default 1024); least
     recently used entries are evicted beyond it."""
     return _ops.tuning_db_max_bytes()
+
+
+def check_environment() -> None:
+    """Reads the database's settings once at import, so that a value that cannot be used
+    (``TORCH_CUDNN_ALGO_DB`` naming a file, ``TORCH_CUDNN_ALGO_DB_MAX_MB=banana``) is told there:
+    one warning naming the variable, the value, what is valid and the default in force."""
+    try:
+        tuning_db_dir()
+        tuning_db_max_bytes()
+    except Exception as exc:  # noqa: BLE001 - import must never fail (warnings as errors, say)
+        _warn.warn(f"torch_cudnn_algo: could not read the tuning database's settings ({type(exc).__name__}: {exc})")
 
 
 def _configuration(header: dict[str, object]) -> ConvSpec | None:
@@ -109,14 +120,18 @@ def export_plan(gpu: str | None = None) -> Plan:
     """The database's ``"fastest"`` decisions as a :class:`Plan` (with each pick's execution plan),
     for the GPU model ``gpu``: by default the only one the decisions were made on. Where several
     decisions share a configuration (made under other determinism, TF32 or workspace settings),
-    a tuned one is taken before a borrowed one, then the newest."""
+    a tuned one is taken before a borrowed one, then the newest. Raises ValueError when there is
+    nothing to export: no decisions (for ``gpu``), or decisions for several GPU models and none named."""
     decisions = [entry for entry in tuning_db_entries() if entry.kind == "decision"]
     models = sorted({str(entry.header.get("gpu")) for entry in decisions})
+    if not decisions:
+        raise ValueError(f"the tuning database ({tuning_db_dir()}) holds no decisions, so there is nothing to "
+                         "export; \"fastest\" and tune() make them")
     if gpu is None:
         if len(models) > 1:
             raise ValueError(f"the tuning database holds decisions for several GPU models ({', '.join(models)}); "
                              "name one")
-        gpu = models[0] if models else None
+        gpu = models[0]
     chosen: dict[ConvSpec, TuningDbEntry] = {}
     for entry in decisions:
         if entry.header.get("gpu") != gpu or entry.configuration is None:
@@ -124,6 +139,9 @@ def export_plan(gpu: str | None = None) -> Plan:
         known = chosen.get(entry.configuration)
         if known is None or (not entry.borrowed, entry.saved or "") > (not known.borrowed, known.saved or ""):
             chosen[entry.configuration] = entry
+    if not chosen:
+        raise ValueError(f"the tuning database holds no readable decisions for the GPU model {gpu!r}, so there is "
+                         f"nothing to export; it holds decisions for: {', '.join(models)}")
     cudnn = {entry.header.get("cudnn") for entry in chosen.values()}
     plan = Plan({}, policy="fastest", gpu=gpu, cudnn=cudnn.pop() if len(cudnn) == 1 else None,
                 torch=str(next(iter(chosen.values())).header.get("torch")) if chosen else "unknown")

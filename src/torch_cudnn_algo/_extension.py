@@ -29,7 +29,8 @@ def build_info() -> dict[str, str | None] | None:
         info = importlib.import_module("torch_cudnn_algo._build_info")
     except ImportError:
         return None
-    return {key: getattr(info, key, None) for key in ("VERSION", "TORCH", "CUDA", "CUDNN", "CXX", "GLIBCXX")}
+    return {key: getattr(info, key, None) for key in ("VERSION", "TORCH", "CUDA", "CUDNN", "CXX", "GLIBCXX",
+                                                        "KERNEL_ARCHS")}
 
 
 def runtime_versions() -> dict[str, str | None]:

@@ -336,13 +336,13 @@ class OwnKernel:
 
 
 def own_kernels_built() -> bool:
-    """Whether this build has our own kernels (built with TORCH_CUDNN_ALGO_OWN_KERNELS=1)."""
+    """Whether this build has our own kernels (every build but one made with TORCH_CUDNN_ALGO_OWN_KERNELS=0)."""
     return bool(_lib().own_kernels_built())
 
 
 def own_kernels(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> list[OwnKernel]:
-    """Our own kernels for ``conv`` (deterministic, fp32 accumulation, no TF32); none in a build
-    without them."""
+    """Our own kernels for ``conv`` (deterministic, fp32 accumulation, no TF32); a build without them
+    lists them with the refusal saying so."""
     rows = json.loads(_lib().own_kernels(_conv_json(conv), deterministic, allow_tf32))
     return [OwnKernel(row["name"], None if row["workspace"] < 0 else int(row["workspace"]), row["refusal"] or None)
             for row in rows]

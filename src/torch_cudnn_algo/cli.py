@@ -87,8 +87,9 @@ def version_text() -> str:
     if built is None:
         made = f"{torch_cudnn_algo.__version__} (an in-place or editable build: what it was built for is not recorded)"
     else:
+        kernels = f"our kernels for {built['KERNEL_ARCHS']}" if built.get("KERNEL_ARCHS") else "without our kernels"
         made = (f"{built['VERSION']} (built for torch {_build.major_minor(built['TORCH'])}, CUDA {built['CUDA']}, "
-                f"cuDNN {built['CUDNN']})")
+                f"cuDNN {built['CUDNN']}, {kernels})")
     return f"torch-cudnn-algo {made}; running torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"
 
 
@@ -464,6 +465,7 @@ def _tune(args: argparse.Namespace) -> int:
     print(plan.format())
     changed = sum(1 for e in plan.entries.values() if e.time_ms and e.stock_ms and e.time_ms < e.stock_ms * 0.99)
     print(f"{changed} of {len(plan)} configurations run something faster than stock's own configuration")
+    print(own_kernel_summary(torch_cudnn_algo.tuning_log()))
     plan.save(args.output)
     engines = [e for e in plan.entries.values() if isinstance(e.choice, str)]
     built = sum(1 for e in engines if e.execution_plan is not None)
@@ -499,6 +501,31 @@ def _tune(args: argparse.Namespace) -> int:
     print(f"use the plan with TORCH_CUDNN_ALGO_PLAN={args.output} python train.py "
           "or torch_cudnn_algo.use_plan(torch_cudnn_algo.load_plan(path))")
     return 0
+
+
+def own_kernel_summary(log: list[dict]) -> str:
+    """One line on what our kernels ("tca.direct") won in a tuning: how many configurations
+    picked them, and their time on those against the best of cuDNN's candidates the tuner timed
+    there (each configuration once, as the tuner measured it)."""
+    from torch_cudnn_algo._algorithms import KERNELS
+
+    ours = [entry for entry in log if entry.get("pick") in KERNELS]
+    if not log:
+        return "our kernels: nothing was tuned in this process (every decision came from the tuning database)"
+    if not ours:
+        return f"our kernels (tca.direct): picked for none of the {len(log)} tuned configurations"
+    kernel_ms = cudnn_ms = 0.0
+    for entry in ours:
+        timed = [c["ms"] for c in entry.get("configs", []) if c.get("config") not in KERNELS and c.get("runnable")
+                 and isinstance(c.get("ms"), (int, float))]
+        best = min(timed, default=entry.get("stock_config_ms"))
+        if isinstance(best, (int, float)) and isinstance(entry.get("pick_ms"), (int, float)):
+            kernel_ms += entry["pick_ms"]
+            cudnn_ms += best
+    gain = f" ({cudnn_ms / kernel_ms:.2f}x)" if kernel_ms > 0 else ""
+    return (f"our kernels (tca.direct): picked for {len(ours)} of {len(log)} tuned configurations; there "
+            f"{kernel_ms:.3f} ms against {cudnn_ms:.3f} ms for the best of cuDNN's candidates{gain}, "
+            "each configuration once")
 
 
 # -- parser ---------------------------------------------------------------------------

@@ -26,7 +26,8 @@ One concern per module, in the order a job uses them:
 
 # main for the script; the rest for tests/test_upstream_runner.py, which reaches the
 # package the way the script loads it.
-from .classification import classify, rerun_candidates, rounding_step_note, stock_rerun_candidates
+from .classification import (classify, classify_stock_failure, rerun_candidates, rounding_step_note,
+                             stock_rerun_candidates)
 from .cli import main
 from .large_tests import k_expression, large_tensor_tests
 from .outcomes import TestResult, count_outcomes, crash_note, parse_junit, parse_verbose_log
@@ -41,6 +42,7 @@ __all__ = [
     "UsageError",
     "child_environment",
     "classify",
+    "classify_stock_failure",
     "count_outcomes",
     "crash_note",
     "k_expression",

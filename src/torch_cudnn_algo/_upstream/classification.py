@@ -23,7 +23,7 @@ from .outcomes import (
 
 @dataclasses.dataclass(frozen=True)
 class Classification:
-    cls: str  # "ours" or "numerics"
+    cls: str  # "ours" or "numerics"; "stock" for a failure of stock itself
     kind: str  # exception, crash, timeout, oom, layout/dtype, other; tolerance, gradcheck, nondeterminism
     detail: str
     max_abs: float | None = None
@@ -152,6 +152,14 @@ def classify(result: TestResult) -> Classification:
         source = layout_sources[0] if layout_sources else first
         return Classification("ours", "layout/dtype", source[:300], label="ours: layout/dtype")
     return Classification("ours", "other", first, label="ours: other")
+
+
+def classify_stock_failure(result: TestResult) -> Classification:
+    """Why a test fails under stock itself: never *ours* (no pin of ours runs there), so
+    only its kind: "other", "crash (signal 11)", "numerics" ..."""
+    c = classify(result)
+    label = c.label.removeprefix("ours: ")
+    return dataclasses.replace(c, cls="stock", label=label)
 
 
 # --------------------------------------------------------------------------- re-runs alone

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from .classification import classify, rerun_candidates, stock_rerun_candidates
+from .classification import classify, classify_stock_failure, rerun_candidates, stock_rerun_candidates
 from .exclude_plugin import EXCLUDE_VAR
 from .large_tests import k_expression, large_tensor_tests
 from .outcomes import (
@@ -226,7 +226,7 @@ class Runner:
             if r.outcome == PASSED:
                 found.stock_rerun["passed_alone"].append(t)
             elif r.outcome in FAILING:
-                c = classify(r)
+                c = classify_stock_failure(r)
                 found.stock_rerun["still_failing"].append({"test": t, "label": c.label, "detail": c.detail})
 
     def run(self) -> int:
