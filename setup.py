@@ -1,8 +1,11 @@
 """Builds the torch_cudnn_algo._C extension against the installed torch.
 
 Headers are resolved from, in order: explicit environment variables, the pip
-``nvidia-*`` packages next to torch, and ``CUDA_HOME``.  The resolved
-configuration is printed so a failed cluster build says what it looked at.
+``nvidia-*`` packages next to torch, and ``CUDA_HOME``. Our CUDA kernels
+(csrc/kernels/*.cu) are compiled by nvcc into it in every build, for the GPU
+architectures buildtools/cuda_kernels.py chooses (``TORCH_CUDNN_ALGO_OWN_KERNELS=0``
+leaves them out). The resolved configuration is printed so a failed cluster build
+says what it looked at.
 
 Build without isolation so the extension is compiled against the torch you run:
 ``pip install --no-build-isolation .`` (or ``pip wheel``, ``python -m build --wheel
@@ -362,8 +365,8 @@ def configure_kernels(cuda_includes: list[Path]) -> KernelBuild | None:
     # own), and their cccl (cuda/std, nv/target) as system headers, as a toolkit's nvcc has them.
     includes = [f"-I{d}" for d in cuda_includes[:1]]
     includes += [arg for d in cuda_includes[:1] if (d / "cccl").is_dir() for arg in ("-isystem", str(d / "cccl"))]
-    # --compress-mode=size: the machine code of six architectures and PTX take 7 MB instead of 40
-    # (decompressed once, when the driver loads a kernel file).
+    # --compress-mode=size: the kernel objects for six architectures and PTX take 8 MB instead of
+    # 50 (decompressed once, when the driver loads a kernel file).
     flags = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC", f"-I{ROOT / 'csrc'}", *includes, "--expt-relaxed-constexpr",
              "--compress-mode=size",
              # The kernels report what they were built for (a GPU they cannot run on is told why);

@@ -123,8 +123,11 @@ def render_markdown(report: dict) -> str:
         "(see `docs/performance.md`); numbers are medians, `—` not measured.",
     ]
     if report.get("own_kernels"):
-        lines += ["", "The extension was built with our own kernels (`TORCH_CUDNN_ALGO_OWN_KERNELS=1`): `tune()` and "
+        lines += ["", "The extension has our own kernels (the default build): `tune()` and "
                   "`\"fastest\"` time `\"tca.direct\"` beside cuDNN's configurations."]
+    else:
+        lines += ["", "The extension was built without our own kernels (`TORCH_CUDNN_ALGO_OWN_KERNELS=0`): `tune()` "
+                  "and `\"fastest\"` choose among cuDNN's configurations only."]
     if any(nested(net, "loops", "setup", "knob_search") for net in networks):
         lines += ["", "Measured with `--knob-search`: `conv_knob_search` on for `tune()` and `\"fastest\"`."]
     for title, text, headers, row, has in TABLES:
