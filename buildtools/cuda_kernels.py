@@ -20,7 +20,6 @@ toolchain that cannot build them). The architectures follow PyTorch's own extens
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence

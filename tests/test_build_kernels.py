@@ -12,7 +12,6 @@ import re
 import stat
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 

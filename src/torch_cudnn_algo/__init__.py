@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 
-from . import _extension, _flags, _plan, _profile, _warn
+from . import _db, _extension, _flags, _plan, _profile, _warn
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
 from ._db import (MergeReport, TuningDbEntry, clear_tuning_db, export_plan, merge_tuning_db,

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from .classification import classify, classify_stock_failure, rerun_candidates, stock_rerun_candidates
+from .classification import classify_stock_failure, rerun_candidates, stock_rerun_candidates
 from .exclude_plugin import EXCLUDE_VAR
 from .large_tests import k_expression, large_tensor_tests
 from .outcomes import (
