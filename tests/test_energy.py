@@ -75,7 +75,9 @@ def test_windows_start_and_end_at_counter_updates_and_last_at_least_window_s() -
         assert window.seconds >= FAST.window_s
         assert window.seconds < FAST.window_s + 2 * 0.03 + 0.02  # the next update after window_s, not later
         # Both ends on an update: the counted energy is whole updates of a steady draw.
-        assert 150.0 < window.watts <= 200.0 * 1.05  # below 200 W by the host's gaps between calls
+        # Below 200 W by the host's gaps between calls, which a loaded host widens (137-149 W seen on
+        # a 2-core machine with other work running).
+        assert 120.0 < window.watts <= 200.0 * 1.05
 
 
 def test_the_second_source_is_integrated_over_each_window_and_agrees_with_the_counter() -> None:
