@@ -63,7 +63,7 @@ def test_nothing_but_the_package_is_installed():
 @pytest.mark.skipif(os.environ.get("TORCH_CUDNN_ALGO_DEBUG_BUILD", "") not in ("", "0"),
                     reason="a debug build keeps its symbols")
 def test_wheel_stays_under_its_bound():
-    # docs/wheels.md: without our kernels the wheel is about 1 MB, under 1.2 MB (the stripped
+    # docs/wheels.md: without our kernels the wheel is about 1.1 MB, under 1.2 MB (the stripped
     # extension deflates to about 0.9 MB); our kernels add about 1.0 MB per architecture and
     # 0.6 MB for PTX (7.6 MB for the six architectures and PTX of a wheel). A wheel is a zip,
     # deflated: its size is about the deflated extension plus the deflated Python files and the
