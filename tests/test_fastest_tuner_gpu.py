@@ -402,7 +402,7 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
 
 
 # Grouped convolutions where heuristics A leaves cuDNN's fastest engines out
-# (benchmarks/results/kernels-h100-2026-11-27.md): RegNetY's 24 channels per group, and an
+# (benchmarks/results/kernels-h200-2026-11-28-depthwise.md): RegNetY's 24 channels per group, and an
 # EfficientNet depthwise 5x5.
 GROUPED_FORMS = [
     ConvForm("regnety g5", (16, 120, 28, 28), (120, 24, 3, 3), padding=1, groups=5),

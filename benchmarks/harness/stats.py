@@ -7,7 +7,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-__all__ = ["gain_line", "median", "num", "ratio", "ratio_summary", "rotated", "spread", "trio"]
+__all__ = ["median", "num", "ratio", "ratio_summary", "rotated", "spread", "trio"]
 
 
 def median(values: Iterable[float | None] | None) -> float | None:
@@ -55,11 +55,3 @@ def spread(summary: dict | None) -> str:
         return "—"
     return f"{summary['median']:.3f} ({summary['min']:.2f}–{summary['max']:.2f})"
 
-
-def gain_line(subject: str, gains: Sequence[float], layers: str = "layers") -> str:
-    """One sentence on per-layer speedups (above 1: faster): how many are faster and how many at
-    least 1.5x, the median, min and max."""
-    ordered = sorted(gains)
-    return (f"{subject}: {sum(g > 1 for g in gains)} of {len(gains)} {layers} faster, "
-            f"{sum(g >= 1.5 for g in gains)} at least 1.5x; median {ordered[len(ordered) // 2]:.2f}x, "
-            f"min {ordered[0]:.2f}x, max {ordered[-1]:.2f}x.")
