@@ -26,21 +26,16 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CHILD = """
-import json, time, torch, torch_cudnn_algo
+import json, torch, torch_cudnn_algo
 from torch_cudnn_algo import _build_info, _default_net, _step_timing
 model = _default_net.DefaultNet().cuda().to(memory_format=torch.channels_last)
 inputs = (_default_net.default_example_inputs(device="cuda"),)
 _step_timing.warm_up_cuda()
 torch_cudnn_algo.use_plan(torch_cudnn_algo.load_plan({plan!r}))
 before = torch_cudnn_algo.pinned_run_counts()
-started = time.perf_counter()
-_step_timing.training_step(model, inputs, torch.float16)
-torch.cuda.synchronize()
-first = time.perf_counter() - started
-started = time.perf_counter()
-_step_timing.training_step(model, inputs, torch.float16)
-torch.cuda.synchronize()
-second = time.perf_counter() - started
+step = lambda: _step_timing.training_step(model, inputs, torch.float16)
+first = _step_timing.step_seconds(step)
+second = _step_timing.step_seconds(step)
 ours = sum(1 for e in torch_cudnn_algo.current_plan().entries.values() if e.choice == "tca.direct")
 print("RESULT" + json.dumps({{"first_step_s": first, "second_step_s": second, "kernel_entries": ours,
     "kernel_archs": _build_info.KERNEL_ARCHS, "gpu": torch.cuda.get_device_name(),
