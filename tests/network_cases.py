@@ -41,7 +41,7 @@ How a step is judged:
   warning, exactly once per such call); stock ran none.
 
 Each test of test_networks_gpu.py appends one JSON line to the file named by ``TORCH_CUDNN_ALGO_NETWORK_REPORT``
-(when set); ``python3 scripts/network_report.py FILE`` renders them as a table, which
+(when set); ``python3 tests/network_report.py FILE`` renders them as a table, which
 is also printed at the end of the module (visible with ``pytest -s``).
 """
 
@@ -49,10 +49,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
+import importlib
 import math
 import os
-import pathlib
 import time
 import warnings
 from collections.abc import Callable
@@ -615,10 +614,7 @@ def _jsonable(value):
 
 
 def _load_renderer():
-    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "network_report.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location("network_report", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.render
+    """The table renderer of tests/network_report.py (also run by hand on a report file)."""
+    from network_report import render
+
+    return render

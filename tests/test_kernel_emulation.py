@@ -3,7 +3,7 @@ by an emulation of the CUDA runtime (tests/emulation: the kernel file rewritten 
 syntax stands, blocks run in turn, their threads as real threads so barriers are real, shared
 memory filled with NaN), against float64 references: every output element, guard regions around
 the output, a NaN prefill (an element never written fails), misaligned operands. The GPU runs the
-same kinds of checks (scripts/kernel-checks); this one needs no GPU, so a kernel change that breaks
+same kinds of checks (devtools/kernels); this one needs no GPU, so a kernel change that breaks
 the logic fails on every machine."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@
 // registers or shared memory, tap staging, block shape, vector width, slices);
 // depthwise_choices.cuh holds the configuration in use per direction and
 // filter width, and this file dispatches to it. The check program's sweep
-// (scripts/kernel-checks/run sweep, csrc/kernels/depthwise_sweep.cuh) times
+// (devtools/kernels/run sweep, devtools/kernels/depthwise_sweep.cuh) times
 // the alternatives against it; the winners go into the choices.
 //
 // Index arithmetic: 32-bit within an image row (depthwise_applies refuses a

@@ -2,7 +2,7 @@
 // compile-time filter width (KS 3, 5, 7; 0: runtime taps) and stride (SW 1 or
 // 2), and for the backward filter the element bytes.
 // depthwise.cu dispatches to these; the check program's sweep
-// (depthwise_sweep.cuh, scripts/kernel-checks/run sweep) times every variant
+// (depthwise_sweep.cuh, devtools/kernels/run sweep) times every variant
 // against them.
 #pragma once
 
@@ -14,7 +14,7 @@ namespace {  // internal linkage, as the kernels': each including translation un
 // To adopt a sweep winner, copy its line of depthwise_sweep.cuh
 // (add_gather_variants / add_filter_variants: the tune and the launch options)
 // into the specialisation of its direction, width and stride, then run the check program in full
-// (scripts/kernel-checks/run depthwise: fp32 takes the choice too). A winner
+// (devtools/kernels/run depthwise: fp32 takes the choice too). A winner
 // is adopted only where it beat the configuration in use on every swept layer
 // of its specialisation, in fp16 and bf16.
 template <bool Backward, int KS, int SW>

@@ -1,6 +1,6 @@
 // Runs csrc/kernels/depthwise.cu's own source (host plans and kernel bodies,
 // rewritten by transform_dw.py) on the CPU against the float64 references of
-// scripts/kernel-checks/depthwise_ref.h: every output element, guards around
+// tests/references/depthwise_ref.h: every output element, guards around
 // the output, NaN prefill (an element never written fails), misaligned
 // operands (the narrower vector paths). Build and run: tests/emulation/run
 // depthwise [thorough|sweep] [asan]; tests/test_kernel_emulation.py runs it.

@@ -1,7 +1,7 @@
 // Runs csrc/kernels/direct_conv.cu's own source (launch plans and the general
 // gather and filter kernels with their finish, rewritten by
 // transform_direct_conv.py) on the CPU against the float64 references of
-// scripts/kernel-checks/direct_ref.h: NCHW and NHWC, every direction and
+// tests/references/direct_ref.h: NCHW and NHWC, every direction and
 // element type, groups, strides, padding, dilation, 1-d, odd sizes, both
 // weight layouts, misaligned operands (the one-element paths) and 64-bit
 // indexing. The specialised kernels (depthwise.cu, grouped_mma.cu,

@@ -1,6 +1,6 @@
 // Runs csrc/kernels/grouped_mma.cu's own source (host-side logic and the kernel
 // body, rewritten by transform_grouped_mma.py) on the CPU against the float64
-// references of scripts/kernel-checks/grouped_ref.h.
+// references of tests/references/grouped_ref.h.
 // Build and run: tests/emulation/run grouped [thorough] [asan]; tests/test_kernel_emulation.py runs it.
 #include GROUPED_MMA_EMU_INC
 

@@ -1,7 +1,7 @@
 """The network test harness itself, on the CPU (tests/network_cases.py, used by
 tests/test_networks_gpu.py): replaying a run's branches, the branch-matched float64
 reference, the cuDNN call hooks on every network, and the report renderer
-(scripts/network_report.py)."""
+(tests/network_report.py)."""
 
 from __future__ import annotations
 

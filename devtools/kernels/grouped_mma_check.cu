@@ -4,9 +4,9 @@
 // guard regions around the output (no write outside it) and a NaN prefill
 // (every element written); then timings of the RegNetY shapes.
 //
-// Built and run on a GPU machine by scripts/kernel-checks/run:
-//   scripts/kernel-checks/run grouped         # all cases
-//   scripts/kernel-checks/run grouped quick   # skip the large RegNetY references and timings
+// Built and run on a GPU machine by devtools/kernels/run:
+//   devtools/kernels/run grouped         # all cases
+//   devtools/kernels/run grouped quick   # skip the large RegNetY references and timings
 // Exit status 0 when every case passes.
 #include "kernels/direct_conv.h"
 #include "kernels/grouped_mma.h"

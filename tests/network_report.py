@@ -2,7 +2,7 @@
 setting, to the file named by TORCH_CUDNN_ALGO_NETWORK_REPORT) as a markdown table.
 
     TORCH_CUDNN_ALGO_NETWORK_REPORT=/tmp/networks.jsonl python3 -m pytest -q tests/test_networks_gpu.py
-    python3 scripts/network_report.py /tmp/networks.jsonl
+    python3 tests/network_report.py /tmp/networks.jsonl
 
 Errors are against a float64 copy of the model that follows the run's own
 ReLU/Hardswish/max-pool branches (so mask flips are not in them); "vs plain f64"

@@ -1,12 +1,12 @@
 // The depthwise kernels' variant sweep: alternative configurations of
 // depthwise_kernels.cuh for the zoo's layers, which the check program
-// (scripts/kernel-checks/run sweep) verifies and times so that the
+// (devtools/kernels/run sweep) verifies and times so that the
 // winners go into depthwise.cu's Choice tables. Never part of the extension:
 // compiled only with TORCH_CUDNN_ALGO_DW_SWEEP defined, once per part
 // (DW_SWEEP_PART = 0 .. kSweepParts - 1, one per dtype, direction and
 // compile-time window, so the parts compile in parallel; -1: every part, for
 // the host emulation), e.g.
-//   nvcc -x cu -DTORCH_CUDNN_ALGO_DW_SWEEP -DDW_SWEEP_PART=3 -c csrc/kernels/depthwise_sweep.cuh ...
+//   nvcc -x cu -DTORCH_CUDNN_ALGO_DW_SWEEP -DDW_SWEEP_PART=3 -c devtools/kernels/depthwise_sweep.cuh ...
 // The check program itself includes it with DW_SWEEP_DECLARATIONS_ONLY (the
 // registry, no variants).
 #pragma once

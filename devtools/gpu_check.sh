@@ -20,5 +20,5 @@ python3 -m pytest -v -rfEs --durations=10 -p no:cacheprovider --junitxml="$OUT/j
   ${PYTEST_ARGS:-tests} >"$OUT/pytest.log" 2>&1
 status=$?
 grep -v " PASSED\| SKIPPED" "$OUT/pytest.log" | tail -60
-python3 scripts/test_counts.py "$OUT/junit.xml" | tee "$OUT/counts.txt"
+python3 devtools/test_counts.py "$OUT/junit.xml" | tee "$OUT/counts.txt"
 exit $status

@@ -9,14 +9,14 @@
 // against cuDNN's best (H100, benchmarks/results/kernels-h100-2026-11-27.md),
 // the roofline bound, and the generic direct kernels (our dispatch off).
 //
-// Built and run on a GPU machine by scripts/kernel-checks/run:
-//   scripts/kernel-checks/run depthwise         # everything
-//   scripts/kernel-checks/run depthwise quick   # odd shapes only, no wide case, no timings
-//   scripts/kernel-checks/run depthwise time    # timings only (and the timed layers' checks)
+// Built and run on a GPU machine by devtools/kernels/run:
+//   devtools/kernels/run depthwise         # everything
+//   devtools/kernels/run depthwise quick   # odd shapes only, no wide case, no timings
+//   devtools/kernels/run depthwise time    # timings only (and the timed layers' checks)
 // Exit status 0 when every case passes.
 //
-// Variant sweep (csrc/kernels/depthwise_sweep.cuh): built with
-// TORCH_CUDNN_ALGO_DW_SWEEP and the sweep's parts (scripts/kernel-checks/run sweep
+// Variant sweep (devtools/kernels/depthwise_sweep.cuh): built with
+// TORCH_CUDNN_ALGO_DW_SWEEP and the sweep's parts (devtools/kernels/run sweep
 // builds and runs it), `sweep` checks every variant of the zoo's
 // layers (fp16, and bf16 for ConvNeXt's 7x7) against the float64 reference,
 // times the correct ones (median of 50) and prints the best per layer and
@@ -29,7 +29,7 @@
 
 #ifdef TORCH_CUDNN_ALGO_DW_SWEEP
 #define DW_SWEEP_DECLARATIONS_ONLY
-#include "kernels/depthwise_sweep.cuh"
+#include "depthwise_sweep.cuh"
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -576,7 +576,7 @@ int main(int argc, char** argv) {
     std::printf(g_failures == 0 ? "ALL VARIANTS CORRECT\n" : "%d WRONG VARIANTS (never picked)\n", g_failures);
     return g_failures == 0 ? 0 : 1;
 #else
-    std::printf("sweep: build with -DTORCH_CUDNN_ALGO_DW_SWEEP and the sweep parts (scripts/kernel-checks/run sweep)\n");
+    std::printf("sweep: build with -DTORCH_CUDNN_ALGO_DW_SWEEP and the sweep parts (devtools/kernels/run sweep)\n");
     return 2;
 #endif
   }
