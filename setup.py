@@ -27,7 +27,7 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 try:
     import torch
-    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, _get_cuda_arch_flags
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension
 except ImportError as exc:  # pragma: no cover - build-time guidance only
     sys.exit(
         "torch-cudnn-algo builds against the installed torch: install a CUDA build of torch 2.11-2.15 "
@@ -141,7 +141,8 @@ def main() -> None:
         found = dependencies.find(cuda, torch.__version__, CUDA_HOME)
         compiler = toolchain.configure()
         kernels = cuda_kernels.configure(
-            os.environ, cuda, dependencies.nvcc_candidates(CUDA_HOME), _get_cuda_arch_flags,
+            os.environ, cuda, dependencies.nvcc_candidates(CUDA_HOME),
+            lambda: torch.utils.cpp_extension._get_cuda_arch_flags(),  # TORCH_CUDA_ARCH_LIST, else the GPUs'
             lambda: torch.cuda.device_count() if torch.cuda.is_available() else 0, torch._C._cuda_getArchFlags,
             CSRC, found.cuda_includes)
         info = build_info.record(version, torch.__version__, cuda, found, compiler, kernels)
