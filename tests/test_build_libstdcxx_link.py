@@ -74,7 +74,7 @@ def test_such_a_compiler_links_a_static_libstdcxx(compiler_with_dangling_libstdc
 
 
 def test_setup_link_recipe_links_the_loaded_libstdcxx(compiler_with_dangling_libstdcxx, tmp_path):
-    """setup.py's libstdcxx_link_args: -L<dir of the loaded libstdc++> -l:libstdc++.so.6."""
+    """buildtools/toolchain.py's libstdcxx_link_args (setup.py links with it): -L<dir of the loaded libstdc++> -l:libstdc++.so.6."""
     loaded = _version_gate.loaded_libstdcxx()
     assert loaded is not None, "this process maps no libstdc++"
     extra = [f"-L{os.path.dirname(loaded)}", "-l:libstdc++.so.6"]
