@@ -1,9 +1,9 @@
 """How our CUDA kernels (csrc/kernels/*.cu, the candidate "tca.direct") are built: whether, with
 which nvcc, for which GPU architectures, and compiled in parallel.
 
-Build-only: setup.py loads it with buildtools/, scripts/install-build-deps and tests by path
-on its own (it imports no other build module); nothing at run time imports it. Standard library
-only, so that tests can check every rule on a machine without a GPU or a CUDA toolkit.
+Build-only, as all of buildtools/: nothing at run time imports it. It imports no other build
+module, so tests may load it by path on its own. Standard library only, so that tests can check
+every rule on a machine without a GPU or a CUDA toolkit.
 
 Every build compiles the kernels (``TORCH_CUDNN_ALGO_OWN_KERNELS=0`` leaves them out, for a
 toolchain that cannot build them). The architectures follow PyTorch's own extension builds:
