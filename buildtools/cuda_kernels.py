@@ -1,9 +1,9 @@
 """How our CUDA kernels (csrc/kernels/*.cu, the candidate "tca.direct") are built: whether, with
 which nvcc, for which GPU architectures, and compiled in parallel.
 
-Build-only: setup.py loads this file by path; nothing at run time imports it (the runtime
-package keeps only the version gate, src/torch_cudnn_algo/_build.py). Standard library only,
-so that tests can check every rule on a machine without a GPU or a CUDA toolkit.
+Build-only, as all of buildtools/: nothing at run time imports it. It imports no other build
+module, so tests may load it by path on its own. Standard library only, so that tests can check
+every rule on a machine without a GPU or a CUDA toolkit.
 
 Every build compiles the kernels (``TORCH_CUDNN_ALGO_OWN_KERNELS=0`` leaves them out, for a
 toolchain that cannot build them). The architectures follow PyTorch's own extension builds:
@@ -20,6 +20,7 @@ toolchain that cannot build them). The architectures follow PyTorch's own extens
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -263,3 +264,68 @@ def compile_all(work: Sequence[Compilation], headers: Sequence[Path], parallel: 
         for future in [pool.submit(one, c) for c in pending]:
             future.result()
     return [c.target for c in work]
+
+
+# --- the build's steps -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelBuild:
+    """How this build compiles our kernels, as configure() decided."""
+
+    nvcc: Nvcc
+    architectures: Architectures
+    dropped: list[str]  # the architectures asked for that this nvcc cannot build
+    flags: list[str]
+    jobs: int
+
+
+def configure(environ: Mapping[str, str], cuda: str, nvccs: tuple[Sequence[Path], Sequence[Path], Sequence[Path]],
+              torch_rules: Callable[[], list[str]], gpu_count: Callable[[], int],
+              torch_arch_flags: Callable[[], str], csrc: Path, cuda_includes: Sequence[Path]) -> KernelBuild | None:
+    """Our kernels' nvcc, architectures and flags; None when TORCH_CUDNN_ALGO_OWN_KERNELS=0 leaves
+    them out. ``nvccs`` are choose_nvcc's candidates; ``torch_rules``, ``gpu_count`` and
+    ``torch_arch_flags`` are torch's (as choose_architectures takes them), asked only when needed.
+    Raises KernelBuildError naming the fix when they cannot be built."""
+    if not kernels_wanted(environ):
+        return None
+    nvcc = choose_nvcc(cuda, *nvccs)
+
+    def rules() -> list[str]:
+        try:
+            return torch_rules()
+        except (ValueError, IndexError) as exc:
+            raise KernelBuildError(
+                f"{ARCH_LIST_ENV}={environ.get(ARCH_LIST_ENV, '')!r}: {exc} "
+                "(valid: e.g. \"8.0;9.0+PTX\", or names such as \"Ampere;Hopper\")") from None
+
+    wanted = choose_architectures(environ, gpu_count(), rules, torch_arch_flags())
+    listed = subprocess.run([str(nvcc.path), "--list-gpu-arch"], capture_output=True, text=True, check=False)
+    architectures, dropped = supported_by(wanted, listed.stdout.split())
+    parallel = jobs(environ, os.cpu_count())
+    # The runtime headers of torch's CUDA release (the pip packages' have no nvcc.profile of their
+    # own), and their cccl (cuda/std, nv/target) as system headers, as a toolkit's nvcc has them.
+    includes = [f"-I{d}" for d in cuda_includes[:1]]
+    includes += [arg for d in cuda_includes[:1] if (d / "cccl").is_dir() for arg in ("-isystem", str(d / "cccl"))]
+    # --compress-mode=size: the kernel objects for six architectures and PTX take 8 MB instead of
+    # 50 (decompressed once, when the driver loads a kernel file).
+    flags = ["-std=c++17", "-O3", "-Xcompiler", "-fPIC", f"-I{csrc}", *includes, "--expt-relaxed-constexpr",
+             "--compress-mode=size",
+             # The kernels report what they were built for (a GPU they cannot run on is told why);
+             # "/" between the names, since nvcc splits an option's value at commas.
+             f"-DTORCH_CUDNN_ALGO_KERNEL_ARCHS={'/'.join(architectures.names())}", *architectures.flags]
+    if environ.get("CXX"):
+        flags += ["-ccbin", environ["CXX"]]
+    return KernelBuild(nvcc, architectures, dropped, flags, parallel)
+
+
+def compile_kernels(kernels: KernelBuild, directory: Path, build_temp: Path) -> list[str]:
+    """Compiles ``directory``'s *.cu (csrc/kernels/) with nvcc alone (they include no torch header,
+    so only CUDA's own headers are seen), one process per file in parallel, into objects for the
+    extension; an object newer than its sources and built with the same command is kept."""
+    sources = sorted(directory.glob("*.cu"))
+    headers = [*directory.glob("*.h"), *directory.glob("*.cuh")]
+    threads = max(1, kernels.jobs // max(1, len(sources)))
+    work = compilations(kernels.nvcc.path, sources, kernels.flags, build_temp / "kernels", threads)
+    return [str(o) for o in compile_all(work, headers, min(kernels.jobs, len(sources)),
+                                        log=lambda line: print(line, flush=True))]

@@ -19,14 +19,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_cudnn_algo import _build
+from build_helpers import buildtools
+from torch_cudnn_algo import _version_gate
+
+elf = buildtools("elf")
 
 SOURCE = '#include <sstream>\n#include <string>\nstd::string f(int x) { std::ostringstream o; o << x; return o.str(); }\n'
 
 
 def test_elf_needed_reads_the_linked_libraries():
     libc10 = Path(torch.__file__).parent / "lib" / "libc10.so"
-    needed = _build.elf_needed(libc10)
+    needed = elf.elf_needed(libc10)
     assert "libstdc++.so.6" in needed and "libc.so.6" in needed, needed
 
 
@@ -34,7 +37,7 @@ def test_elf_needed_refuses_what_is_not_elf(tmp_path):
     text = tmp_path / "not_elf.so"
     text.write_text("hello")
     with pytest.raises(ValueError, match="not a 64-bit little-endian ELF"):
-        _build.elf_needed(text)
+        elf.elf_needed(text)
 
 
 @pytest.fixture
@@ -62,7 +65,7 @@ def link(compiler: str, directory: Path, extra: list[str]) -> list[str]:
     source.write_text(SOURCE)
     output = directory / f"t{len(extra)}.so"
     subprocess.run([compiler, "-shared", "-fPIC", "-O2", str(source), "-o", str(output), *extra], check=True)
-    return _build.elf_needed(output)
+    return elf.elf_needed(output)
 
 
 def test_such_a_compiler_links_a_static_libstdcxx(compiler_with_dangling_libstdcxx, tmp_path):
@@ -71,8 +74,8 @@ def test_such_a_compiler_links_a_static_libstdcxx(compiler_with_dangling_libstdc
 
 
 def test_setup_link_recipe_links_the_loaded_libstdcxx(compiler_with_dangling_libstdcxx, tmp_path):
-    """setup.py's libstdcxx_link_args: -L<dir of the loaded libstdc++> -l:libstdc++.so.6."""
-    loaded = _build.loaded_libstdcxx()
+    """buildtools/toolchain.py's libstdcxx_link_args (setup.py links with it): -L<dir of the loaded libstdc++> -l:libstdc++.so.6."""
+    loaded = _version_gate.loaded_libstdcxx()
     assert loaded is not None, "this process maps no libstdc++"
     extra = [f"-L{os.path.dirname(loaded)}", "-l:libstdc++.so.6"]
     assert "libstdc++.so.6" in link(compiler_with_dangling_libstdcxx, tmp_path, extra)
@@ -84,4 +87,4 @@ def test_installed_extension_links_the_shared_libstdcxx():
     found = sorted(Path(torch_cudnn_algo.__file__).parent.glob("_C*.so"))
     if not found:
         pytest.skip("the extension is not built")
-    assert "libstdc++.so.6" in _build.elf_needed(found[0]), _build.elf_needed(found[0])
+    assert "libstdc++.so.6" in elf.elf_needed(found[0]), elf.elf_needed(found[0])

@@ -16,18 +16,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_cudnn_algo import _build
+from build_helpers import buildtools
+from torch_cudnn_algo import _version_gate
+
+dependencies = buildtools("dependencies")
+torch_support = buildtools("torch_support")
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_range_and_the_list_of_supported_releases_agree():
-    low, high = re.fullmatch(r">=(\d+\.\d+),<(\d+\.\d+)", _build.SUPPORTED_TORCH_RANGE).groups()
+    low, high = re.fullmatch(r">=(\d+\.\d+),<(\d+\.\d+)", _version_gate.SUPPORTED_TORCH_RANGE).groups()
     key = lambda v: tuple(map(int, v.split(".")))  # noqa: E731
-    assert _build.SUPPORTED_TORCH[0] == low
-    assert key(_build.SUPPORTED_TORCH[-1]) < key(high) == (key(_build.SUPPORTED_TORCH[-1])[0],
-                                                          key(_build.SUPPORTED_TORCH[-1])[1] + 1)
-    minors = [key(v)[1] for v in _build.SUPPORTED_TORCH]
+    assert _version_gate.SUPPORTED_TORCH[0] == low
+    assert key(_version_gate.SUPPORTED_TORCH[-1]) < key(high) == (key(_version_gate.SUPPORTED_TORCH[-1])[0],
+                                                          key(_version_gate.SUPPORTED_TORCH[-1])[1] + 1)
+    minors = [key(v)[1] for v in _version_gate.SUPPORTED_TORCH]
     assert minors == list(range(minors[0], minors[-1] + 1))  # no release left out
 
 
@@ -36,35 +40,35 @@ def test_readme_commands_install_the_supported_range():
                 if line.startswith("python3 -m pip") and line.endswith(("torch-cudnn-algo tune", "pytest -q tests"))]
     assert len(commands) == 2, commands
     for command in commands:
-        assert command.startswith(f'python3 -m pip install "torch{_build.SUPPORTED_TORCH_RANGE}" '), command
+        assert command.startswith(f'python3 -m pip install "torch{_version_gate.SUPPORTED_TORCH_RANGE}" '), command
         assert "python3 scripts/install-build-deps &&" in command, command
 
 
 @pytest.mark.parametrize("version, cuda", [("2.11.0+cu130", "13.0"), ("2.14.1", "13.0"), ("2.15.0+cu132", "13.2")])
 def test_supported_cuda_builds_are_accepted(version, cuda):
-    assert _build.torch_support_problem(version, cuda) is None
+    assert torch_support.torch_support_problem(version, cuda) is None
 
 
 def test_a_cpu_only_torch_is_named_with_what_to_install_instead():
-    problem = _build.torch_support_problem("2.13.0+cpu", None)
+    problem = torch_support.torch_support_problem("2.13.0+cpu", None)
     assert problem.startswith("the installed torch 2.13.0+cpu is a CPU-only build (torch.version.cuda is None)")
     assert "pip install --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130" in problem
 
 
 @pytest.mark.parametrize("version, side", [("2.10.0+cu128", "older"), ("2.16.0", "newer")])
 def test_a_release_outside_the_range_names_the_range_and_the_override(version, side):
-    problem = _build.torch_support_problem(version, "13.0")
+    problem = torch_support.torch_support_problem(version, "13.0")
     assert problem.startswith(f"torch {version} is {side} than the releases this package supports "
                               "(2.11, 2.12, 2.13, 2.14, 2.15)"), problem
-    assert f'"torch{_build.SUPPORTED_TORCH_RANGE}"' in problem and _build.ALLOW_UNSUPPORTED_TORCH in problem
+    assert f'"torch{_version_gate.SUPPORTED_TORCH_RANGE}"' in problem and torch_support.ALLOW_UNSUPPORTED_TORCH in problem
 
 
 def test_cuda_header_requirements_follow_torch_s_cuda_release():
-    assert _build.cuda_header_requirements("13.0") == [
+    assert dependencies.cuda_header_requirements("13.0") == [
         "nvidia-cuda-runtime==13.0.*", "nvidia-cuda-crt==13.0.*", "nvidia-cuda-cccl==13.0.*"]
-    assert _build.cuda_header_requirements("13.2")[1] == "nvidia-cuda-crt==13.2.*"
+    assert dependencies.cuda_header_requirements("13.2")[1] == "nvidia-cuda-crt==13.2.*"
     with pytest.raises(ValueError, match="CUDA 12.8: .* CUDA 13 builds of torch only; .* set CUDA_HOME"):
-        _build.cuda_header_requirements("12.8")
+        dependencies.cuda_header_requirements("12.8")
 
 
 def make_headers(directory: Path, cudart: int, parts=("cuda_runtime_api.h", "crt/host_defines.h", "nv/target")) -> Path:
@@ -76,19 +80,19 @@ def make_headers(directory: Path, cudart: int, parts=("cuda_runtime_api.h", "crt
 
 def test_cuda_headers_of_torch_s_release_only_and_never_mixed(tmp_path):
     complete = make_headers(tmp_path / "a", 13000)
-    assert _build.cudart_header_version("#define CUDART_VERSION  13020\n") == "13.2"
-    assert _build.cuda_header_problem(complete, "13.0") is None
-    assert _build.cuda_header_problem(complete, "13.2") == "CUDA 13.0, not torch's 13.2"
-    assert _build.cuda_header_problem(complete, None) is None  # any release
+    assert dependencies.cudart_header_version("#define CUDART_VERSION  13020\n") == "13.2"
+    assert dependencies.cuda_header_problem(complete, "13.0") is None
+    assert dependencies.cuda_header_problem(complete, "13.2") == "CUDA 13.0, not torch's 13.2"
+    assert dependencies.cuda_header_problem(complete, None) is None  # any release
     no_cccl = make_headers(tmp_path / "b", 13000, parts=("cuda_runtime_api.h", "crt/host_defines.h"))
-    assert _build.cuda_header_problem(no_cccl, "13.0") == "lacks nv/target"
-    assert _build.cuda_header_problem(tmp_path / "missing", "13.0") == \
+    assert dependencies.cuda_header_problem(no_cccl, "13.0") == "lacks nv/target"
+    assert dependencies.cuda_header_problem(tmp_path / "missing", "13.0") == \
         "lacks cuda_runtime_api.h, crt/host_defines.h, nv/target"
     # The issue's pip-only machine: runtime 13.0 with crt 13.5 and cccl 13.3 in one directory.
     versions = {"nvidia-cuda-runtime": "13.0.96", "nvidia-cuda-crt": "13.5.37", "nvidia-cuda-cccl": "13.3.5.0.6"}
-    assert _build.cuda_header_problem(complete, "13.0", versions) == \
+    assert dependencies.cuda_header_problem(complete, "13.0", versions) == \
         "mixes in nvidia-cuda-crt 13.5.37, nvidia-cuda-cccl 13.3.5.0.6"
-    assert _build.cuda_header_problem(complete, "13.0", {**versions, "nvidia-cuda-crt": "13.0.88",
+    assert dependencies.cuda_header_problem(complete, "13.0", {**versions, "nvidia-cuda-crt": "13.0.88",
                                                          "nvidia-cuda-cccl": None}) is None
 
 

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import _build
+from build_helpers import buildtools
+
+elf = buildtools("elf")
 
 
 def kernel_targets() -> int:
@@ -37,7 +39,7 @@ def installed_extension() -> Path:
                     reason="a debug build keeps its symbols")
 def test_extension_is_stripped_and_abi3():
     path = installed_extension()
-    sections = _build.ElfFile(path).section_names()
+    sections = elf.ElfFile(path).section_names()
     assert ".text" in sections and ".dynsym" in sections
     assert not [s for s in sections if s.startswith(".debug") or s == ".symtab"], sections
     assert path.name == "_C.abi3.so"

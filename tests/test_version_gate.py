@@ -16,7 +16,12 @@ from importlib import metadata
 import pytest
 import torch
 
-from torch_cudnn_algo import _build, _extension, _ops
+from build_helpers import buildtools
+from torch_cudnn_algo import _extension, _ops, _version_gate
+
+build_info = buildtools("build_info")
+dependencies = buildtools("dependencies")
+torch_support = buildtools("torch_support")
 
 BUILT = {"TORCH": "2.11.0+cu130", "CUDA": "13.0", "CUDNN": "9.19.0"}
 
@@ -25,10 +30,10 @@ BUILT = {"TORCH": "2.11.0+cu130", "CUDA": "13.0", "CUDNN": "9.19.0"}
 
 
 def test_same_minor_releases_match():
-    assert _build.version_mismatch(BUILT, dict(BUILT)) is None
-    assert _build.version_mismatch(BUILT, {"TORCH": "2.11.1+cu130", "CUDA": "13.0", "CUDNN": "9.19.1"}) is None
+    assert _version_gate.version_mismatch(BUILT, dict(BUILT)) is None
+    assert _version_gate.version_mismatch(BUILT, {"TORCH": "2.11.1+cu130", "CUDA": "13.0", "CUDNN": "9.19.1"}) is None
     # A key the build did not record is not compared.
-    assert _build.version_mismatch({"TORCH": "2.11.0"}, {"TORCH": "2.11.0", "CUDA": None, "CUDNN": None}) is None
+    assert _version_gate.version_mismatch({"TORCH": "2.11.0"}, {"TORCH": "2.11.0", "CUDA": None, "CUDNN": None}) is None
 
 
 @pytest.mark.parametrize(
@@ -42,7 +47,7 @@ def test_same_minor_releases_match():
     ],
 )
 def test_a_different_release_is_named_with_what_to_rebuild_against(running, differs, rebuild):
-    message = _build.version_mismatch(BUILT, {**BUILT, **running})
+    message = _version_gate.version_mismatch(BUILT, {**BUILT, **running})
     assert message is not None
     assert "built for torch 2.11, CUDA 13.0, cuDNN 9.19" in message
     assert f"this process runs {rebuild}" in message
@@ -50,7 +55,7 @@ def test_a_different_release_is_named_with_what_to_rebuild_against(running, diff
 
 
 def test_a_cpu_only_torch_is_named_as_such_with_what_to_install():
-    message = _build.version_mismatch(BUILT, {"TORCH": "2.11.0+cpu", "CUDA": None, "CUDNN": None})
+    message = _version_gate.version_mismatch(BUILT, {"TORCH": "2.11.0+cpu", "CUDA": None, "CUDNN": None})
     assert message.startswith("it was built for torch 2.11, CUDA 13.0, cuDNN 9.19 and this process runs torch 2.11, "
                               "CUDA none, cuDNN none (CUDA, cuDNN differ): the installed torch 2.11.0+cpu is a "
                               "CPU-only build (torch.version.cuda is None)"), message
@@ -59,37 +64,37 @@ def test_a_cpu_only_torch_is_named_as_such_with_what_to_install():
 
 
 def test_version_helpers():
-    assert _build.cudnn_version_string(91900) == "9.19.0"
-    assert _build.cudnn_version_string(90102) == "9.1.2"
-    assert _build.cudnn_version_string(8907) == "8.9.7"
-    assert _build.cudnn_version_string(None) is None
-    assert _build.major_minor("2.11.0a0+git1234") == "2.11" and _build.major_minor(None) is None
-    assert _build.cudnn_header_version(
+    assert _version_gate.cudnn_version_string(91900) == "9.19.0"
+    assert _version_gate.cudnn_version_string(90102) == "9.1.2"
+    assert _version_gate.cudnn_version_string(8907) == "8.9.7"
+    assert _version_gate.cudnn_version_string(None) is None
+    assert _version_gate.major_minor("2.11.0a0+git1234") == "2.11" and _version_gate.major_minor(None) is None
+    assert dependencies.cudnn_header_version(
         "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 19\n#define CUDNN_PATCHLEVEL 0\n") == "9.19.0"
-    assert _build.local_version("0.1.0", "2.11.0+cu130", "13.0") == "0.1.0+cu130torch2.11"
-    assert _build.local_version("0.1.0", "2.12.1+cu128", "12.8") == "0.1.0+cu128torch2.12"
-    assert _build.local_version("0.1.0", "2.11.0+cpu", None) == "0.1.0+cputorch2.11"
-    assert _build.torch_requirement("2.11.0+cu130") == "torch==2.11.*"
+    assert torch_support.local_version("0.1.0", "2.11.0+cu130", "13.0") == "0.1.0+cu130torch2.11"
+    assert torch_support.local_version("0.1.0", "2.12.1+cu128", "12.8") == "0.1.0+cu128torch2.12"
+    assert torch_support.local_version("0.1.0", "2.11.0+cpu", None) == "0.1.0+cputorch2.11"
+    assert torch_support.torch_requirement("2.11.0+cu130") == "torch==2.11.*"
 
 
 def test_build_info_module_round_trips(tmp_path):
     info = {"VERSION": "0.1.0+cu130torch2.11", **BUILT, "CXX": "/usr/bin/g++", "GLIBCXX": None}
     namespace: dict = {}
-    exec(_build.render_build_info(info), namespace)
+    exec(build_info.render_build_info(info), namespace)
     assert {key: namespace[key] for key in info} == info
 
 
 def test_libstdcxx_older_than_the_build_is_a_mismatch(tmp_path):
     runtime = tmp_path / "libstdc++.so.6"
     runtime.write_bytes(b"\x00GLIBCXX_3.4\x00GLIBCXX_3.4.31\x00GLIBCXX_3.4.32\x00")
-    assert _build.libstdcxx_mismatch("3.4.32", str(runtime)) is None
-    assert _build.libstdcxx_mismatch("3.4.30", str(runtime)) is None
-    message = _build.libstdcxx_mismatch("3.4.34", str(runtime))
+    assert _version_gate.libstdcxx_mismatch("3.4.32", str(runtime)) is None
+    assert _version_gate.libstdcxx_mismatch("3.4.30", str(runtime)) is None
+    message = _version_gate.libstdcxx_mismatch("3.4.34", str(runtime))
     assert "GLIBCXX_3.4.34 (GCC 15)" in message and str(runtime) in message and "GLIBCXX_3.4.32" in message
     # Unknown on either side: no verdict.
-    assert _build.libstdcxx_mismatch(None, str(runtime)) is None
-    assert _build.libstdcxx_mismatch("3.4.34", None) is None
-    assert _build.libstdcxx_mismatch("3.4.34", str(tmp_path / "missing")) is None
+    assert _version_gate.libstdcxx_mismatch(None, str(runtime)) is None
+    assert _version_gate.libstdcxx_mismatch("3.4.34", None) is None
+    assert _version_gate.libstdcxx_mismatch("3.4.34", str(tmp_path / "missing")) is None
 
 
 # --- the loader, in this process ----------------------------------------------------------------
@@ -100,7 +105,7 @@ def fresh_loader(monkeypatch):
     """_extension as if nothing had been loaded yet (restored afterwards)."""
     monkeypatch.setattr(_extension, "_loaded", False)
     monkeypatch.setattr(_extension, "_load_error", None)
-    monkeypatch.delenv(_build.SKIP_VERSION_CHECK, raising=False)
+    monkeypatch.delenv(_version_gate.SKIP_VERSION_CHECK, raising=False)
     return monkeypatch
 
 
@@ -119,9 +124,9 @@ def test_loader_refuses_a_mismatched_build(fresh_loader):
 def test_loader_gate_can_be_skipped_and_passes_unknown_builds(fresh_loader):
     fresh_loader.setattr(_extension, "runtime_versions", lambda: dict(BUILT))
     fresh_loader.setattr(_extension, "build_info", lambda: {**BUILT, "TORCH": "2.9.1+cu130", "GLIBCXX": None})
-    fresh_loader.setenv(_build.SKIP_VERSION_CHECK, "1")
+    fresh_loader.setenv(_version_gate.SKIP_VERSION_CHECK, "1")
     assert _extension.version_gate() is None
-    fresh_loader.delenv(_build.SKIP_VERSION_CHECK)
+    fresh_loader.delenv(_version_gate.SKIP_VERSION_CHECK)
     fresh_loader.setattr(_extension, "build_info", lambda: None)
     assert _extension.version_gate() is None
 
@@ -131,7 +136,7 @@ def test_runtime_versions_of_this_process():
     assert running["TORCH"] == torch.__version__ and running["CUDA"] == torch.version.cuda
     # A CUDA wheel reports its cuDNN also on a machine without a GPU.
     if torch.version.cuda is not None:
-        assert running["CUDNN"] == _build.cudnn_version_string(torch.backends.cudnn.version())
+        assert running["CUDNN"] == _version_gate.cudnn_version_string(torch.backends.cudnn.version())
 
 
 # --- import torch under a mismatched build, in a fresh interpreter --------------------------------
@@ -184,7 +189,7 @@ def test_import_torch_under_another_torch_warns_once_and_leaves_the_flags_inert(
     assert state["conv_ok"]
     (warning,) = state["import_warnings"]
     assert "built for torch 2.9, CUDA 12.6" in warning
-    assert f"this process runs torch {_build.major_minor(running['TORCH'])}" in warning
+    assert f"this process runs torch {_version_gate.major_minor(running['TORCH'])}" in warning
     assert "torch, CUDA differ" in warning and "rebuild it against" in warning and "flags are inert" in warning
     assert state["load_error"].startswith("version mismatch")
 
@@ -208,7 +213,7 @@ def test_matching_build_info_loads_and_the_gate_can_be_skipped():
         pytest.skip("needs the built extension")
     state = import_torch_with_build_info(_running())
     assert state["import_warnings"] == [] and state["available"] is True
-    state = import_torch_with_build_info({**_running(), "TORCH": "2.9.1"}, env={_build.SKIP_VERSION_CHECK: "1"})
+    state = import_torch_with_build_info({**_running(), "TORCH": "2.9.1"}, env={_version_gate.SKIP_VERSION_CHECK: "1"})
     assert state["import_warnings"] == [] and state["available"] is True
 
 
@@ -220,13 +225,13 @@ def test_installed_build_matches_this_environment_and_names_it_in_its_version():
     if info is None:
         pytest.skip("the installed torch_cudnn_algo has no _build_info (not built by this setup.py)")
     assert _extension.version_gate() is None
-    assert info["VERSION"] == _build.local_version(info["VERSION"].split("+")[0], torch.__version__, torch.version.cuda)
+    assert info["VERSION"] == torch_support.local_version(info["VERSION"].split("+")[0], torch.__version__, torch.version.cuda)
     try:
         dist = metadata.distribution("torch-cudnn-algo")
     except metadata.PackageNotFoundError:
         pytest.skip("torch-cudnn-algo is not installed (running from the source tree)")
     assert dist.version == info["VERSION"]
     requires = dist.requires or []
-    assert _build.torch_requirement(torch.__version__) in requires, requires
+    assert torch_support.torch_requirement(torch.__version__) in requires, requires
     # Build-only: the cuDNN frontend's headers are compiled in, the package is never needed at run time.
     assert not any(r.startswith("nvidia-cudnn-frontend") for r in requires), requires

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_cudnn_algo import _build
+from torch_cudnn_algo import _version_gate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def probe(python: str, pretend: str = "pass") -> dict:
 
 
 def test_the_wheel_is_tagged_with_what_it_was_built_for(wheel):
-    minor = _build.major_minor(torch.__version__)
+    minor = _version_gate.major_minor(torch.__version__)
     assert f"+cu{torch.version.cuda.replace('.', '')}torch{minor}-cp310-abi3-" in wheel.name, wheel.name
     with zipfile.ZipFile(wheel) as archive:
         (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
@@ -102,7 +102,7 @@ def test_the_wheel_loads_under_its_own_torch(fresh_python):
 
 
 def test_the_gate_refuses_it_under_another_torch_release(fresh_python):
-    major, minor = map(int, _build.major_minor(torch.__version__).split("."))
+    major, minor = map(int, _version_gate.major_minor(torch.__version__).split("."))
     other = f"{major}.{minor + 1}.0+cu{torch.version.cuda.replace('.', '')}"
     state = probe(fresh_python, pretend=f"torch.__version__ = {other!r}")
     assert not state["loaded"]

@@ -1,5 +1,5 @@
 // What differs between the torch minor releases this extension builds against
-// (2.11 to 2.15: SUPPORTED_TORCH in src/torch_cudnn_algo/_build.py), in one place.
+// (2.11 to 2.15: SUPPORTED_TORCH in src/torch_cudnn_algo/_version_gate.py), in one place.
 // Everything else it calls (at::native::cudnn_convolution, cudnn_convolution_transpose,
 // convolution_backward, select_conv_backend, getCudnnHandle, the descriptor classes,
 // Context's cuDNN flags) keeps its signature across them: docs/design.md, "Torch releases".

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from . import _build
+from . import _version_gate
 
 _loaded = False
 _load_error: str | None = None
@@ -38,7 +38,7 @@ def runtime_versions() -> dict[str, str | None]:
     import torch
 
     try:
-        cudnn = _build.cudnn_version_string(torch.backends.cudnn.version())
+        cudnn = _version_gate.cudnn_version_string(torch.backends.cudnn.version())
     except Exception:  # noqa: BLE001 - torch raises when its cuDNN is unusable
         cudnn = None
     return {"TORCH": torch.__version__, "CUDA": torch.version.cuda, "CUDNN": cudnn}
@@ -46,13 +46,13 @@ def runtime_versions() -> dict[str, str | None]:
 
 def version_gate() -> str | None:
     """Why the extension must not be loaded into this process, or None."""
-    if os.environ.get(_build.SKIP_VERSION_CHECK, "") not in ("", "0"):
+    if os.environ.get(_version_gate.SKIP_VERSION_CHECK, "") not in ("", "0"):
         return None
     built = build_info()
     if built is None:
         return None
-    return _build.version_mismatch(built, runtime_versions()) or _build.libstdcxx_mismatch(
-        built.get("GLIBCXX"), _build.loaded_libstdcxx()
+    return _version_gate.version_mismatch(built, runtime_versions()) or _version_gate.libstdcxx_mismatch(
+        built.get("GLIBCXX"), _version_gate.loaded_libstdcxx()
     )
 
 

@@ -43,8 +43,8 @@ import torch
 
 from . import _extension, _flags, _ops
 from ._algorithms import DIRECTIONS
-from ._build import cudnn_version_string
 from ._conv_spec import ConvLike, ConvSpec
+from ._version_gate import cudnn_version_string
 
 __all__ = ["Plan", "PlanEntry", "PlanError", "PlanMismatchWarning", "SerializedExecutionPlan", "current_plan",
            "execution_plan_counts", "load_plan", "plan_entry_run_counts", "use_plan"]

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-from . import _benchmark_child, _build, _step_timing
+from . import _benchmark_child, _step_timing, _version_gate
 from ._energy import EnergyUnavailable
 from ._workload import AMP_DTYPES, DEFAULT_NET_TEXT, build_workload, energy_settings, workload_arguments
 
@@ -88,7 +88,7 @@ def version_text() -> str:
         made = f"{torch_cudnn_algo.__version__} (an in-place or editable build: what it was built for is not recorded)"
     else:
         kernels = f"our kernels for {built['KERNEL_ARCHS']}" if built.get("KERNEL_ARCHS") else "without our kernels"
-        made = (f"{built['VERSION']} (built for torch {_build.major_minor(built['TORCH'])}, CUDA {built['CUDA']}, "
+        made = (f"{built['VERSION']} (built for torch {_version_gate.major_minor(built['TORCH'])}, CUDA {built['CUDA']}, "
                 f"cuDNN {built['CUDNN']}, {kernels})")
     return f"torch-cudnn-algo {made}; running torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}"
 
@@ -101,7 +101,7 @@ def _info(_args: argparse.Namespace) -> int:
     print(f"torch-cudnn-algo {torch_cudnn_algo.__version__}")
     print(f"torch            {torch.__version__}")
     print(f"CUDA             {torch.version.cuda or 'none (a CPU build of torch)'}")
-    print(f"cuDNN            {_build.cudnn_version_string(cudnn) if cudnn is not None else 'not available'}")
+    print(f"cuDNN            {_version_gate.cudnn_version_string(cudnn) if cudnn is not None else 'not available'}")
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             print(f"GPU {index}            {torch.cuda.get_device_name(index)}")
@@ -118,7 +118,7 @@ def _info(_args: argparse.Namespace) -> int:
         print(f"plan in force    none{f' ({_plan.ENV_VAR}={env} was not applied)' if env else ''}")
     else:
         print(f"plan in force    {plan.source or 'set in this process'}: {len(plan)} configurations, "
-              f"policy {plan.policy}, made {plan.created} with cuDNN {_build.cudnn_version_string(plan.cudnn)} "
+              f"policy {plan.policy}, made {plan.created} with cuDNN {_version_gate.cudnn_version_string(plan.cudnn)} "
               f"on {plan.gpu}")
     return 0
 
@@ -452,7 +452,7 @@ def _tune(args: argparse.Namespace) -> int:
     print(f"model: {what}; autocast {args.amp}; seed {args.seed}; policy {args.policy}; "
           f"directions {', '.join(directions)}")
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"cuDNN {_build.cudnn_version_string(torch.backends.cudnn.version())}")
+          f"cuDNN {_version_gate.cudnn_version_string(torch.backends.cudnn.version())}")
     _step_timing.warm_up_cuda()  # as the benchmark child does before its first step
     with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
         started = time.perf_counter()

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import _build
+from torch_cudnn_algo import _version_gate
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 CASES = [
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (torch.cuda.is_available() and torch.backends.cudnn.is_available()):
         print("no CUDA GPU with cuDNN here: the flags are registered, nothing to run.")
         return 0
-    print(f"GPU {torch.cuda.get_device_name()}, cuDNN {_build.cudnn_version_string(torch_cudnn_algo.cudnn_version())}")
+    print(f"GPU {torch.cuda.get_device_name()}, cuDNN {_version_gate.cudnn_version_string(torch_cudnn_algo.cudnn_version())}")
     for case in CASES:
         run_case(case, args.repeats)
     _, in_shape, w_shape, padding, fmt, dtype = CASES[1]
