@@ -1,4 +1,4 @@
-"""What an energy measurement found (``_energy.measure_energy``): every window, per mode the
+"""What an energy measurement found (``_energy.measure``): every window, per mode the
 joules per call as median and spread, the ratio to the reference mode round by round, the A/A
 control beside it, and the second source's agreement with the counter. Pure Python: formatted
 and tested without a GPU.

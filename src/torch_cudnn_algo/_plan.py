@@ -122,10 +122,6 @@ class SerializedExecutionPlan:
         return None
 
 
-SerializedPlan = SerializedExecutionPlan
-"""Deprecated name of :class:`SerializedExecutionPlan`."""
-
-
 @dataclass(frozen=True)
 class PlanEntry:
     """The choice for one configuration, with what tuning measured for it and,
@@ -466,29 +462,6 @@ def execution_plan_counts() -> dict[str, int]:
     builds and deserializations (failed attempts included) took, added up over
     threads."""
     return _ops.execution_plan_counts()
-
-
-_deprecation_warned: set[str] = set()
-
-
-def _warn_deprecated(old: str, new: str) -> None:
-    """One DeprecationWarning per process for the old name ``old``."""
-    if old not in _deprecation_warned:
-        _deprecation_warned.add(old)
-        warnings.warn(f"torch_cudnn_algo.{old}() is deprecated; use torch_cudnn_algo.{new}(), which returns "
-                      "the same", DeprecationWarning, stacklevel=3)
-
-
-def plan_run_counts() -> dict[str, int]:
-    """Deprecated name of :func:`plan_entry_run_counts`."""
-    _warn_deprecated("plan_run_counts", "plan_entry_run_counts")
-    return plan_entry_run_counts()
-
-
-def plan_build_counts() -> dict[str, int]:
-    """Deprecated name of :func:`execution_plan_counts`."""
-    _warn_deprecated("plan_build_counts", "execution_plan_counts")
-    return execution_plan_counts()
 
 
 def apply_environment() -> None:
