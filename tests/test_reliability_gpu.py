@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 import torch_cudnn_algo
 from conv_cases import ConvForm, DtypeCase, make_inputs, relative_error
-from torch_cudnn_algo import _ops, diagnostics
+from torch_cudnn_algo import _graph_capture, _ops, diagnostics
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 pytestmark = pytest.mark.gpu
@@ -387,14 +387,12 @@ GRAPH_CASES = {
 
 
 def warm_up(model, static_x, static_grad, backward: bool) -> None:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            out = model(static_x)
-            if backward:
-                out.backward(static_grad)
-    torch.cuda.current_stream().wait_stream(side)
+    def step() -> None:
+        out = model(static_x)
+        if backward:
+            out.backward(static_grad)
+
+    _graph_capture.warm_up(step, 3)
     torch.cuda.synchronize()
 
 
@@ -404,14 +402,18 @@ def capture(model, static_x, static_grad, backward: bool):
     static_x.grad = None
     for p in model.parameters():
         p.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    outputs = []
+
+    def body() -> None:
         if backward:
-            static_out = model(static_x)
-            static_out.backward(static_grad)
+            outputs.append(model(static_x))
+            outputs[0].backward(static_grad)
         else:
             with torch.no_grad():
-                static_out = model(static_x)
+                outputs.append(model(static_x))
+
+    graph = _graph_capture.capture(body)
+    (static_out,) = outputs
     if not backward:
         return graph, [static_out]
     return graph, [static_out, static_x.grad, *[p.grad for p in model.parameters()]]

@@ -37,18 +37,11 @@ def capture_step(warm_up_step: Callable[[], None], body: Callable[[], None],
     ``warm_up_step`` on a side stream (lazy state such as momentum buffers is created outside
     capture), then ``zero_grad`` (gradients set to None, so the captured backward allocates them
     from the graph's pool) and ``body`` captured."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup_steps):
-            warm_up_step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
+    from torch_cudnn_algo import _graph_capture
+
+    _graph_capture.warm_up(warm_up_step, warmup_steps)
     zero_grad()
-    with torch.cuda.graph(graph, pool=pool):
-        body()
-    torch.cuda.synchronize()
-    return graph
+    return _graph_capture.capture(body, pool)
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> float:

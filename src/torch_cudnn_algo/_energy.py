@@ -514,20 +514,18 @@ def graph_replay(run: Callable[[], object], calls: int,
     on its first call: run it before)."""
     import torch
 
+    from . import _graph_capture
+
     if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
         raise ValueError(f"calls must be an integer >= 1, got {calls!r}")
+
+    def body() -> None:
+        for _ in range(calls):
+            run()
+
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup_calls):
-                run()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                run()
-        torch.cuda.synchronize()
+        _graph_capture.warm_up(run, warmup_calls)
+        graph = _graph_capture.capture(body)
     except Exception as exc:  # noqa: BLE001 - the caller measures eagerly instead, and says why
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()
