@@ -41,7 +41,7 @@ from types import TracebackType
 
 import torch
 
-from . import _extension, _flags, _ops
+from . import _extension, _flags, _ops, _text_table
 from ._algorithms import DIRECTIONS
 from ._build import cudnn_version_string
 from ._conv_spec import ConvLike, ConvSpec
@@ -323,10 +323,7 @@ class Plan:
             choice = "stock" if entry.choice is None else str(entry.choice)
             rows.append((conv.direction, choice, _num(entry.time_ms), _num(entry.stock_ms),
                          "-" if entry.workspace is None else f"{entry.workspace / 2**20:.1f} MiB", str(conv)))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-        for row in rows:
-            lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
-        return "\n".join(lines)
+        return "\n".join([*lines, *_text_table.aligned(rows, free_last=True)])
 
     def __str__(self) -> str:
         return self.format()

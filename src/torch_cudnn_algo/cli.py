@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-from . import _benchmark_child, _build, _step_timing
+from . import _benchmark_child, _build, _step_timing, _text_table
 from ._energy import EnergyUnavailable
 from ._workload import AMP_DTYPES, DEFAULT_NET_TEXT, build_workload, energy_settings, workload_arguments
 
@@ -185,9 +185,7 @@ def _db(args: argparse.Namespace) -> int:
         rows.append((entry.kind, choice, ms(entry.header.get("pick_ms")), ms(entry.header.get("stock_config_ms")),
                      entry.saved or "-", entry.host or "-", f"{entry.bytes / 1024:.1f}",
                      str(entry.configuration or "(unreadable)")))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    print("\n".join(_text_table.aligned(rows, free_last=True)))
     return 0
 
 
@@ -206,9 +204,7 @@ def _list(args: argparse.Namespace) -> int:
         workspace = "-" if c.workspace is None else f"{c.workspace / 2**20:.2f} MiB"
         rows.append((repr(c.value), c.kind, c.label, workspace, "yes" if c.deterministic else "no", c.status,
                      ",".join(c.notes)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    print("\n".join(_text_table.aligned(rows, free_last=True)))
     return 0
 
 
@@ -317,17 +313,7 @@ def _num(value: float | None, digits: int, suffix: str = "") -> str:
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     """Left-aligned first column, right-aligned others; a row of two cells is a label and a
     message that runs across the other columns."""
-    full = [row for row in rows if len(row) > 2]
-    widths = [max(len(row[i]) for row in full) for i in range(len(full[0]))]
-    widths[0] = max(len(row[0]) for row in rows)
-    lines = []
-    for row in rows:
-        if len(row) == 2:
-            lines.append(f"  {row[0].ljust(widths[0])}   {row[1]}")
-        else:
-            cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
-            lines.append("  " + "   ".join(cells).rstrip())
-    return lines
+    return _text_table.aligned(rows, right=range(1, max(len(row) for row in rows)), gap="   ", indent="  ")
 
 
 _RATIO_MEASURES = (("wall_ms", "wall"), ("gpu_ms", "GPU"), ("conv_ms", "conv GPU"), ("energy_j", "energy"))
