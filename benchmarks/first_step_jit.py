@@ -32,14 +32,14 @@ model = _default_net.DefaultNet().cuda().to(memory_format=torch.channels_last)
 inputs = (_default_net.default_example_inputs(device="cuda"),)
 _step_timing.warm_up_cuda()
 torch_cudnn_algo.use_plan(torch_cudnn_algo.load_plan({plan!r}))
-before = torch_cudnn_algo.pinned_run_counts()
+before = torch_cudnn_algo.diagnostics.pinned_run_counts()
 step = lambda: _step_timing.training_step(model, inputs, torch.float16)
 first = _step_timing.step_seconds(step)
 second = _step_timing.step_seconds(step)
 ours = sum(1 for e in torch_cudnn_algo.current_plan().entries.values() if e.choice == "tca.direct")
 print("RESULT" + json.dumps({{"first_step_s": first, "second_step_s": second, "kernel_entries": ours,
     "kernel_archs": _build_info.KERNEL_ARCHS, "gpu": torch.cuda.get_device_name(),
-    "runs": sum(torch_cudnn_algo.pinned_run_counts().values()) - sum(before.values())}}))
+    "runs": sum(torch_cudnn_algo.diagnostics.pinned_run_counts().values()) - sum(before.values())}}))
 """
 
 

@@ -36,7 +36,7 @@ How a step is judged:
   parameter. A setting passes when each is within ``FACTOR`` x stock's own error on
   the same network, or under the dtype's floor (``"fastest"``: at least the
   policy's tolerance, since it may pick a transform algorithm).
-* ``torch_cudnn_algo.pinned_run_counts()`` around the step: every direction with
+* ``torch_cudnn_algo.diagnostics.pinned_run_counts()`` around the step: every direction with
   convolutions that reach cuDNN ran ours (for a pinned choice with no refusal
   warning, exactly once per such call); stock ran none.
 
@@ -460,10 +460,10 @@ class CaseData:
                 yield
 
     def reference_step(self, replay: list[torch.Tensor] | None) -> Step:
-        before = torch_cudnn_algo.pinned_run_counts()
+        before = torch_cudnn_algo.diagnostics.pinned_run_counts()
         with self.reference_mode():
             step = train_step(self.reference, self.x_reference, self.probe.double(), replay)
-        assert torch_cudnn_algo.pinned_run_counts() == before, "the float64 reference ran one of our plans"
+        assert torch_cudnn_algo.diagnostics.pinned_run_counts() == before, "the float64 reference ran one of our plans"
         return step
 
     def measure(self, setting: str) -> Measured:
@@ -474,13 +474,13 @@ class CaseData:
                 with torch_cudnn_algo.flags(conv_fwd_algo=fwd, conv_bwd_data_algo=bwd_data,
                                             conv_bwd_filter_algo=bwd_filter):
                     torch.cuda.synchronize()
-                    before = torch_cudnn_algo.pinned_run_counts()
+                    before = torch_cudnn_algo.diagnostics.pinned_run_counts()
                     start = time.perf_counter()
                     with CudnnCalls(self.model) as calls:
                         step = train_step(self.model, self.x, self.probe)
                     torch.cuda.synchronize()
                     step_s = time.perf_counter() - start
-                    after = torch_cudnn_algo.pinned_run_counts()
+                    after = torch_cudnn_algo.diagnostics.pinned_run_counts()
         matched = self.reference_step(step.decisions)  # the float64 copy on this run's branches
         grad_err, param_errs = gradient_errors(step.grads, matched.grads)
         messages = [str(w.message) for w in caught]

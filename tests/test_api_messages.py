@@ -18,8 +18,8 @@ CONV = "conv2d 8x16x8x8 -> 16x3x3 s1 p1 fp16 channels_last fwd"
 GPU_CALLS = {
     "list_algorithms": lambda: torch_cudnn_algo.list_algorithms(CONV),
     "profile": lambda: torch_cudnn_algo.profile(CONV),
-    "engine_configs": lambda: torch_cudnn_algo.engine_configs(CONV),
-    "legacy_workspace_sizes": lambda: torch_cudnn_algo.legacy_workspace_sizes(CONV),
+    "diagnostics.engine_configs": lambda: torch_cudnn_algo.diagnostics.engine_configs(CONV),
+    "diagnostics.legacy_workspace_sizes": lambda: torch_cudnn_algo.diagnostics.legacy_workspace_sizes(CONV),
     "tune": lambda: torch_cudnn_algo.tune(torch.nn.Conv2d(3, 3, 3), (torch.zeros(1, 3, 8, 8),)),
 }
 
@@ -53,12 +53,28 @@ def test_a_malformed_engine_name_says_which_part_is_wrong(value, problem):
                                         f"configuration name: {problem}; expected 'engN'"), str(caught.value)
 
 
-def test_public_classes_are_named_as_users_import_them():
-    classes = [getattr(torch_cudnn_algo, name) for name in torch_cudnn_algo.__all__
-               if isinstance(getattr(torch_cudnn_algo, name), type)]
-    assert torch_cudnn_algo.PlanError in classes
-    assert [c for c in classes if c.__module__ != "torch_cudnn_algo"] == []
+NAMESPACES = (torch_cudnn_algo, torch_cudnn_algo.db, torch_cudnn_algo.diagnostics, torch_cudnn_algo.energy)
+
+
+@pytest.mark.parametrize("namespace", NAMESPACES, ids=lambda m: m.__name__)
+def test_public_classes_are_named_as_users_import_them(namespace):
+    classes = [getattr(namespace, name) for name in namespace.__all__ if isinstance(getattr(namespace, name), type)]
+    assert classes
+    assert [c for c in classes if c.__module__ != namespace.__name__] == []
     assert repr(torch_cudnn_algo.PlanError) == "<class 'torch_cudnn_algo.PlanError'>"
+    assert repr(torch_cudnn_algo.db.TuningDbEntry) == "<class 'torch_cudnn_algo.db.TuningDbEntry'>"
+
+
+def test_every_public_name_has_one_home():
+    homes: dict[str, list[str]] = {}
+    for namespace in NAMESPACES:
+        assert namespace.__doc__, namespace.__name__
+        for name in namespace.__all__:
+            assert hasattr(namespace, name), f"{namespace.__name__}.{name}"
+            homes.setdefault(name, []).append(namespace.__name__)
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
+    with pytest.raises(AttributeError):
+        torch_cudnn_algo.clear_tuning_db  # noqa: B018 - now torch_cudnn_algo.db.clear
 
 
 def test_demo_help_is_whole():

@@ -55,10 +55,10 @@ def test_string_padding_backward_matches_stock(name, padding, dtype):
     w = torch.randn(w_shape, device="cuda", dtype=dtype, generator=gen)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         stock = forward_backward(conv, x, w, padding=padding)
-        before = torch_cudnn_algo.pinned_run_counts()
+        before = torch_cudnn_algo.diagnostics.pinned_run_counts()
         with torch_cudnn_algo.flags(conv_algo_strict=True, **PINNED):
             pinned = forward_backward(conv, x, w, padding=padding)
-        after = torch_cudnn_algo.pinned_run_counts()
+        after = torch_cudnn_algo.diagnostics.pinned_run_counts()
     assert all(after[d] > before[d] for d in after), (before, after)
     assert_same_as_stock(pinned, stock, dtype)
 
@@ -80,10 +80,10 @@ def test_direct_convolution_backward_with_one_element_lists(name):
 
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         stock = call()
-        before = torch_cudnn_algo.pinned_run_counts()
+        before = torch_cudnn_algo.diagnostics.pinned_run_counts()
         with torch_cudnn_algo.flags(conv_algo_strict=True, **PINNED):
             pinned = call()
-        after = torch_cudnn_algo.pinned_run_counts()
+        after = torch_cudnn_algo.diagnostics.pinned_run_counts()
     assert after["bwd_data"] > before["bwd_data"] and after["bwd_filter"] > before["bwd_filter"]
     assert_same_as_stock(pinned, stock, torch.float32)
 
@@ -104,7 +104,7 @@ def test_direct_convolution_backward_wrong_grad_output_shape_is_not_run_by_us():
     x = torch.randn(2, 4, 9, 10, device="cuda")
     w = torch.randn(6, 4, 3, 3, device="cuda")
     grad_output = torch.randn(2, 6, 5, 5, device="cuda")  # x (*) w is 2x6x7x8
-    before = torch_cudnn_algo.pinned_run_counts()
+    before = torch_cudnn_algo.diagnostics.pinned_run_counts()
     with torch_cudnn_algo.flags(**PINNED):
         try:
             torch.ops.aten.convolution_backward(
@@ -112,4 +112,4 @@ def test_direct_convolution_backward_wrong_grad_output_shape_is_not_run_by_us():
         except RuntimeError:
             pass  # ATen (or cuDNN through it) may reject it: its call, not ours
     torch.cuda.synchronize()
-    assert torch_cudnn_algo.pinned_run_counts() == before
+    assert torch_cudnn_algo.diagnostics.pinned_run_counts() == before

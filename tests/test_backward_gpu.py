@@ -54,12 +54,12 @@ def check_left_to_pytorch(direction, algo, form, x, w, tol, seed) -> None:
     grad = torch.randn(stock_out.shape, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
     grad = torch.empty_like(stock_out).copy_(grad)
     stock = torch.autograd.grad(stock_out, (x, w), grad)
-    before = torch_cudnn_algo.pinned_run_counts()[direction]
+    before = torch_cudnn_algo.diagnostics.pinned_run_counts()[direction]
     with warnings.catch_warnings(record=True) as caught, torch_cudnn_algo.flags(**{FLAG[direction]: algo}):
         warnings.simplefilter("always")
         ours = torch.autograd.grad(form.conv(x, w), (x, w), grad)
     torch.cuda.synchronize()
-    assert torch_cudnn_algo.pinned_run_counts()[direction] == before, "our plan ran a convolution stock keeps from cuDNN"
+    assert torch_cudnn_algo.diagnostics.pinned_run_counts()[direction] == before, "our plan ran a convolution stock keeps from cuDNN"
     assert not [m for m in caught if "cannot run this convolution" in str(m.message)]
     for mine, theirs in zip(ours, stock):
         assert mine.stride() == theirs.stride() and relative_error(mine, theirs) <= tol
@@ -83,7 +83,7 @@ def check_pinned_gradients(direction, algo, form, layout, case, caplog):
         grad = torch.empty_like(stock_out).copy_(grad)  # stock output's layout, as autograd would give
         stock_gx, stock_gw = torch.autograd.grad(stock_out, (x, w), grad)
         ref_gx, ref_gw = reference_grads(form, x, w, grad)
-        workspace = torch_cudnn_algo.legacy_workspace_sizes(
+        workspace = torch_cudnn_algo.diagnostics.legacy_workspace_sizes(
             direction, x.detach(), w.detach(), **form.kwargs(), allow_tf32=case.allow_tf32
         )[algo]
 
@@ -144,7 +144,7 @@ def test_gradcheck_float64(direction, algo, transposed):
         w = torch.randn(3, 4, 3, 3, device="cuda", dtype=torch.float64, generator=gen, requires_grad=True)
         fn = lambda x, w: F.conv2d(x, w, padding=1)  # noqa: E731
         kwargs = dict(padding=1)
-    if torch_cudnn_algo.legacy_workspace_sizes(direction, x.detach(), w.detach(), **kwargs)[algo] is None:
+    if torch_cudnn_algo.diagnostics.legacy_workspace_sizes(direction, x.detach(), w.detach(), **kwargs)[algo] is None:
         # cuDNN has no float64 for this algorithm (FFT, Winograd, ...): strict mode refuses it, naming it.
         with torch_cudnn_algo.flags(**{FLAG[direction]: algo, "conv_algo_strict": True}):
             with pytest.raises(RuntimeError, match=f"{FLAG[direction]} = {algo} .*cannot run this convolution"):

@@ -36,8 +36,8 @@ def test_convolutions_and_messages_run_in_a_fresh_process():
             warnings.simplefilter("always")
             cudnn.conv_fwd_algo = 4  # FFT: may be refused, which formats a warning in C++
             torch.nn.functional.conv2d(x, w, padding=1, stride=2)
-        print(tca.legacy_workspace_sizes("fwd", x, w, padding=1))
-        print(len(tca.engine_configs("fwd", x, w, padding=1)))
+        print(tca.diagnostics.legacy_workspace_sizes("fwd", x, w, padding=1))
+        print(len(tca.diagnostics.engine_configs("fwd", x, w, padding=1)))
         torch.cuda.synchronize()
         print("OK")
     """)

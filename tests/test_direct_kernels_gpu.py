@@ -109,11 +109,11 @@ def test_all_directions_match_float64(case: ConvForm, dtype: torch.dtype, layout
         y_shape = case.conv(x, w).shape
     grad = torch.randn(y_shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     grad_gpu = grad.to("cuda", dtype).contiguous(memory_format=layout_format(layout, case.spatial_dims))
-    before = torch_cudnn_algo.pinned_run_counts()
+    before = torch_cudnn_algo.diagnostics.pinned_run_counts()
     # cudnn.flags() defaults to enabled=False: say every setting.
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         ours = run_ours(case, x, w, grad_gpu)
-    ran = {d: torch_cudnn_algo.pinned_run_counts()[d] - before[d] for d in before}
+    ran = {d: torch_cudnn_algo.diagnostics.pinned_run_counts()[d] - before[d] for d in before}
     expected = float64_reference(case, x, w, grad_gpu)
     for name, actual, reference in zip(("output", "grad_input", "grad_weight"), ours, expected):
         assert actual.dtype == dtype
@@ -224,7 +224,7 @@ def test_the_tuner_times_them_beside_cudnn_and_a_pick_of_ours_runs_as_planned() 
     conv = conv.to(memory_format=torch.channels_last)
     x = torch.randn(16, 120, 28, 28, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
     plan = torch_cudnn_algo.tune(conv, x.detach().requires_grad_(), progress=False)  # all three directions
-    log = torch_cudnn_algo.tuning_log()
+    log = torch_cudnn_algo.diagnostics.tuning_log()
     assert sorted(entry["direction"] for entry in log) == ["bwd_data", "bwd_filter", "fwd"]
     for entry in log:
         ours = [c for c in entry["configs"] if c["config"] == "tca.direct"]
@@ -239,7 +239,7 @@ def test_the_tuner_times_them_beside_cudnn_and_a_pick_of_ours_runs_as_planned() 
         out = conv(xg)
         grad = torch.randn_like(out)
         out.backward(grad)
-        runs = torch_cudnn_algo.plan_entry_run_counts()
+        runs = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
     assert sum(runs.values()) >= 3, runs
     assert relative_error(out, reference(case, x, conv.weight)) < 1e-2
     gx, gw = reference_grads(case, x, conv.weight, grad)

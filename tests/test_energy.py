@@ -11,6 +11,7 @@ import math
 import pytest
 from energy_fakes import FakeGpu, FakeTimeline, StuckCounter
 
+from torch_cudnn_algo import _energy
 from torch_cudnn_algo._energy import (
     AA_SUFFIX,
     EnergyMode,
@@ -18,8 +19,7 @@ from torch_cudnn_algo._energy import (
     EnergyUnavailable,
     WarmupRule,
     calls_per_replay,
-    energy_unavailable,
-    measure_energy,
+    unavailable,
 )
 from torch_cudnn_algo._energy_report import Spread, Window, integrate_power
 
@@ -30,7 +30,7 @@ FAST = EnergySettings(window_s=0.15, rounds=3, warmup=None, sample_period_s=0.00
 
 
 def measure(gpu: FakeGpu, modes: dict, settings: EnergySettings = FAST, **kwargs):
-    return measure_energy(modes, settings=settings, meter=gpu, timeline=FakeTimeline(), **kwargs)
+    return _energy.measure(modes, settings=settings, meter=gpu, timeline=FakeTimeline(), **kwargs)
 
 
 def test_joules_per_call_and_ratio_follow_the_power_of_each_mode() -> None:
@@ -134,7 +134,7 @@ def test_no_counter_raises_energy_unavailable_saying_why() -> None:
 def test_energy_unavailable_says_why_without_raising() -> None:
     import torch
 
-    why = energy_unavailable()
+    why = unavailable()
     if not torch.cuda.is_available():
         assert why is not None and "no CUDA GPU" in why
 
@@ -231,13 +231,13 @@ def test_calls_per_replay_targets_a_few_milliseconds() -> None:
 def test_the_main_jobs_energy_never_raises_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     import contextlib
 
-    from torch_cudnn_algo import _energy, _step_timing
+    from torch_cudnn_algo import _step_timing
 
-    monkeypatch.setattr(_energy, "measure_energy", lambda *a, **k: (_ for _ in ()).throw(
+    monkeypatch.setattr(_energy, "measure", lambda *a, **k: (_ for _ in ()).throw(
         EnergyUnavailable("GPU energy cannot be measured: no counter here")))
     report, why = _step_timing.step_energy(lambda: None, {"stock": contextlib.nullcontext})
     assert report is None and why == "GPU energy cannot be measured: no counter here"
-    monkeypatch.setattr(_energy, "measure_energy", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(_energy, "measure", lambda *a, **k: 1 / 0)
     report, why = _step_timing.step_energy(lambda: None, {"stock": contextlib.nullcontext})
     assert report is None and why.startswith("the energy measurement failed (ZeroDivisionError")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import EnergySettings, WarmupRule, measure_energy
+from torch_cudnn_algo.energy import EnergySettings, WarmupRule, measure
 from torch_cudnn_algo._energy import graph_replay
 from torch_cudnn_algo._tune_energy import energy_decisions
 
@@ -28,7 +28,7 @@ SHORT = EnergySettings(window_s=1.5, rounds=4, warmup=WarmupRule(max_s=20.0))
 
 @pytest.fixture(autouse=True)
 def _needs_energy():
-    why = torch_cudnn_algo.energy_unavailable()
+    why = torch_cudnn_algo.energy.unavailable()
     if why is not None:
         pytest.fail(f"GPU energy cannot be measured on this machine ({why}); these tests need NVML's counter")
 
@@ -66,7 +66,7 @@ def test_a_replay_keeps_its_operands_alive_across_a_later_capture():
 
 
 def test_counter_and_power_readings_agree_on_a_busy_workload():
-    report = measure_energy({"busy": matmul_replay()}, settings=SHORT)
+    report = measure({"busy": matmul_replay()}, settings=SHORT)
     busy = report["busy"]
     assert report.power_source is not None, "NVML gives no power reading on this GPU"
     assert busy.counter_vs_power is not None, busy.failures
@@ -76,7 +76,7 @@ def test_counter_and_power_readings_agree_on_a_busy_workload():
 
 def test_the_aa_control_of_identical_modes_stays_within_its_bound():
     replay = matmul_replay()
-    report = measure_energy({"stock": replay, "same": replay}, settings=SHORT)
+    report = measure({"stock": replay, "same": replay}, settings=SHORT)
     assert report.aa is not None and report.aa.n == SHORT.rounds, report.format()
     assert report.resolution <= AA_BOUND, report.format()
     assert abs(report["same"].vs_reference.median - 1) <= AA_BOUND, report.format()
@@ -90,14 +90,14 @@ def test_a_busy_mode_is_told_from_an_idle_one_of_the_same_length():
     cycles = int(10_000_000 * busy_ms / spin_ms)  # a spin kernel as long as the busy mode's replay
     idle, why = graph_replay(lambda: torch.cuda._sleep(cycles), 1)
     assert idle is not None, why
-    report = measure_energy({"busy": busy, "idle": idle}, settings=EnergySettings(window_s=1.0, rounds=3, warmup=None))
+    report = measure({"busy": busy, "idle": idle}, settings=EnergySettings(window_s=1.0, rounds=3, warmup=None))
     assert report["idle"].vs_reference.median < 0.8, report.format()
 
 
 def test_windows_count_the_calls_they_contain():
     replay = matmul_replay(calls=2)
-    report = measure_energy({"mm": torch_cudnn_algo.EnergyMode(replay, calls=2)},
-                            settings=EnergySettings(window_s=1.0, rounds=2, warmup=None))
+    report = measure({"mm": torch_cudnn_algo.energy.EnergyMode(replay, calls=2)},
+                     settings=EnergySettings(window_s=1.0, rounds=2, warmup=None))
     # Events over as many calls as a window holds, right after it: a sustained matmul loop runs at
     # the clocks the board's power limit leaves (a short burst of events ran 18% faster on an H100).
     ms = event_ms(replay, calls=report["mm"].measured[0].calls // 2) / 2

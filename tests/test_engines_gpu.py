@@ -14,6 +14,7 @@ import torch
 
 import torch_cudnn_algo
 from conv_cases import FORMS, TRANSPOSED_FORMS, DTYPES, ConvForm, make_inputs, relative_error
+from torch_cudnn_algo import diagnostics
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 pytestmark = pytest.mark.gpu
@@ -63,8 +64,8 @@ def test_every_engine_configuration(form_name, dtype_name, layout, direction, re
         grad = torch.empty_like(form.conv(x, w)).normal_()
         expected = run_pass(form, direction, x.double().cpu(), w.double().cpu(), grad.double().cpu())
         stock = run_pass(form, direction, x, w, grad)
-        configs = torch_cudnn_algo.engine_configs(direction, x, w, **form.kwargs(), allow_tf32=case.allow_tf32,
-                                                  deterministic=False)
+        configs = diagnostics.engine_configs(direction, x, w, **form.kwargs(), allow_tf32=case.allow_tf32,
+                                             deterministic=False)
         assert configs, "cuDNN offers no engine configuration"
         assert len({c.name for c in configs}) == len(configs)
         ran = refused = 0
@@ -101,7 +102,7 @@ def test_pinning_stocks_choice_reproduces_stock_bit_for_bit(direction, dtype_nam
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=case.allow_tf32):
         x, w = make_inputs(form, case, fmt, seed=7)
         grad = torch.empty_like(form.conv(x, w)).normal_()
-        configs = torch_cudnn_algo.engine_configs(direction, x, w, **form.kwargs())
+        configs = diagnostics.engine_configs(direction, x, w, **form.kwargs())
         first = next(c for c in configs if c.source == "heuristics_a" and c.refusal is None)
         stock = run_pass(form, direction, x, w, grad)
         with torch_cudnn_algo.flags(**{FLAG[direction]: first.name, "conv_algo_strict": True}):
@@ -115,7 +116,7 @@ def test_pinning_stocks_choice_reproduces_stock_bit_for_bit(direction, dtype_nam
 def test_names_round_trip_and_bare_engine_resolves(caplog):
     x = torch.randn(2, 8, 16, 16, device="cuda")
     w = torch.randn(16, 8, 3, 3, device="cuda")
-    configs = torch_cudnn_algo.engine_configs("fwd", x, w, padding=1)
+    configs = diagnostics.engine_configs("fwd", x, w, padding=1)
     usable = [c for c in configs if c.refusal is None]
     full = usable[-1].name
     torch.backends.cudnn.conv_fwd_algo = full.upper()
@@ -150,7 +151,7 @@ def test_engine_pinned_training_follows_stock():
     x = torch.randn(4, 8, 16, 16, device="cuda", requires_grad=True)
     w = torch.randn(16, 8, 3, 3, device="cuda", requires_grad=True)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
-        picks = {d: next(c.name for c in torch_cudnn_algo.engine_configs(d, x.detach(), w.detach(), padding=1)
+        picks = {d: next(c.name for c in diagnostics.engine_configs(d, x.detach(), w.detach(), padding=1)
                          if c.refusal is None) for d in DIRECTIONS}
         y = torch.nn.functional.conv2d(x, w, padding=1)
         stock = torch.autograd.grad(y, (x, w), torch.ones_like(y))

@@ -59,7 +59,7 @@ def test_tuner_pick_matches_float64_and_never_loses_to_stocks_config(direction, 
         with torch_cudnn_algo.flags(**{FLAG[direction]: "fastest"}):
             picked = run_direction(direction, x, w, grad)
             again = run_direction(direction, x, w, grad)
-        log = torch_cudnn_algo.tuning_log()
+        log = torch_cudnn_algo.diagnostics.tuning_log()
         assert len(log) == 1, log
         entry = log[0]
         assert entry["direction"] == direction and entry["deterministic"] == deterministic
@@ -138,7 +138,7 @@ def test_tune_builds_every_configuration_ahead_then_times_each():
     x = torch.randn(8, 16, 32, 32, device="cuda").to(memory_format=torch.channels_last)
     with torch.autocast("cuda", dtype=torch.float16):
         plan = torch_cudnn_algo.tune(model, x, progress=False)
-    log = torch_cudnn_algo.tuning_log()
+    log = torch_cudnn_algo.diagnostics.tuning_log()
     assert len(log) == len(plan) == 8, log
     for entry in log:
         assert entry["prepared_ahead"], entry
@@ -172,12 +172,12 @@ def test_configurations_with_knobs_the_frontend_cannot_name_build_without_a_heur
         return {"fwd": out, "bwd_data": dx, "bwd_filter": dw}
 
     stock = step()
-    before = torch_cudnn_algo.execution_plan_counts()
+    before = torch_cudnn_algo.diagnostics.execution_plan_counts()
     with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_bwd_data_algo="fastest",
                                 conv_bwd_filter_algo="fastest"):
         step()
-    after = torch_cudnn_algo.execution_plan_counts()
-    log = torch_cudnn_algo.tuning_log()
+    after = torch_cudnn_algo.diagnostics.execution_plan_counts()
+    log = torch_cudnn_algo.diagnostics.tuning_log()
     assert sorted(entry["direction"] for entry in log) == sorted(DIRECTIONS), log
 
     def unnamed(config):
@@ -205,7 +205,7 @@ def test_knob_search_tries_configurations_beyond_the_heuristics():
     x, w, grad = operands(seed=1)
     with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_knob_search=True):
         out = run_direction("fwd", x, w, grad)
-    (entry,) = torch_cudnn_algo.tuning_log()
+    (entry,) = torch_cudnn_algo.diagnostics.tuning_log()
     assert entry["knob_configs"] > 0, entry
     assert_breakdown(entry)
     assert entry["time_s"]["knob_search"] > 0
@@ -223,7 +223,7 @@ def test_fastest_on_float64_under_a_zero_workspace_limit_matches_stock():
     with torch_cudnn_algo.flags(conv_fwd_algo="fastest", conv_workspace_limit=0):
         out = torch.nn.functional.conv2d(x, w)
     torch.testing.assert_close(out, stock, rtol=1e-10, atol=1e-10)
-    assert len(torch_cudnn_algo.tuning_log()) == 1
+    assert len(torch_cudnn_algo.diagnostics.tuning_log()) == 1
 
 
 def test_memo_follows_a_later_strict_flag():
@@ -248,31 +248,31 @@ def test_memo_follows_a_later_workspace_limit_and_choice():
         pytest.fail("cuDNN lists no runnable engine configuration with workspace for the test's layer; the test "
                     "needs one")
     cudnn.conv_fwd_algo = needing[0].value
-    before = torch_cudnn_algo.pinned_run_counts()["fwd"]
+    before = torch_cudnn_algo.diagnostics.pinned_run_counts()["fwd"]
     run_direction("fwd", x, w, grad)
-    assert torch_cudnn_algo.pinned_run_counts()["fwd"] == before + 1
+    assert torch_cudnn_algo.diagnostics.pinned_run_counts()["fwd"] == before + 1
     cudnn.conv_workspace_limit = 0
     with pytest.warns(UserWarning, match="over torch.backends.cudnn.conv_workspace_limit"):
         run_direction("fwd", x, w, grad)
-    assert torch_cudnn_algo.pinned_run_counts()["fwd"] == before + 1  # stock ran
+    assert torch_cudnn_algo.diagnostics.pinned_run_counts()["fwd"] == before + 1  # stock ran
     cudnn.conv_workspace_limit = None
     cudnn.conv_fwd_algo = None
     run_direction("fwd", x, w, grad)
-    assert torch_cudnn_algo.pinned_run_counts()["fwd"] == before + 1
+    assert torch_cudnn_algo.diagnostics.pinned_run_counts()["fwd"] == before + 1
 
 
 def test_backward_follows_cudnn_being_disabled_later():
     x, w, grad = operands(dtype=torch.float32, seed=4)
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     with torch_cudnn_algo.flags(conv_bwd_data_algo=1, conv_bwd_filter_algo=1):
-        before = torch_cudnn_algo.pinned_run_counts()
+        before = torch_cudnn_algo.diagnostics.pinned_run_counts()
         torch.nn.functional.conv2d(xg, wg, padding=1).backward(grad)
-        after = torch_cudnn_algo.pinned_run_counts()
+        after = torch_cudnn_algo.diagnostics.pinned_run_counts()
         assert after["bwd_data"] == before["bwd_data"] + 1 and after["bwd_filter"] == before["bwd_filter"] + 1
         xg.grad = wg.grad = None
         with torch.backends.cudnn.flags(enabled=False):
             torch.nn.functional.conv2d(xg, wg, padding=1).backward(grad)
-        assert torch_cudnn_algo.pinned_run_counts() == after  # not cuDNN: ATen's own kernels
+        assert torch_cudnn_algo.diagnostics.pinned_run_counts() == after  # not cuDNN: ATen's own kernels
     gx, gw = reference_grads(FORM, x, w, grad)
     assert relative_error(xg.grad, gx) < 1e-4 and relative_error(wg.grad, gw) < 1e-4
 
@@ -297,8 +297,8 @@ def test_pinned_call_fills_no_more_memory_than_stock_under_deterministic_algorit
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         stock = cuda_kernel_names(lambda: run_direction(direction, x, w, grad))
-        config = next(c.name for c in torch_cudnn_algo.engine_configs(direction, x, w, padding=1,
-                                                                      deterministic=True)
+        config = next(c.name for c in torch_cudnn_algo.diagnostics.engine_configs(direction, x, w, padding=1,
+                                                                                  deterministic=True)
                       if c.source == "heuristics_a" and c.refusal is None)
         with torch_cudnn_algo.flags(**{FLAG[direction]: config, "conv_algo_strict": True}):
             pinned = cuda_kernel_names(lambda: run_direction(direction, x, w, grad))
@@ -343,7 +343,7 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
     before = dict(ops.compile_worker_counts())
     plan = torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False)
     after = dict(ops.compile_worker_counts())
-    (entry,) = torch_cudnn_algo.tuning_log()
+    (entry,) = torch_cudnn_algo.diagnostics.tuning_log()
     compiled = [c["config"] for c in entry["configs"] if c["rtc"] and c["build_s"] is not None and c["runnable"]]
     if not compiled:
         pytest.fail("cuDNN lists no runtime-compiled configuration that built and ran for the depthwise layer; "
@@ -352,9 +352,10 @@ def test_runtime_compiled_plans_from_compile_workers_run_stocks_bits(monkeypatch
     assert after["failed_builds"] == before["failed_builds"], (before, after)
     assert after["builds"] - before["builds"] >= len(compiled), (compiled, before, after)
     assert all(planned.execution_plan is not None for planned in plan.entries.values()), plan
-    built = torch_cudnn_algo.execution_plan_counts()["built"]
+    built = torch_cudnn_algo.diagnostics.execution_plan_counts()["built"]
     assert_stocks_bits_and_close(conv, x, stock, entry["stock_config"], compiled)  # as the worker built them
-    assert torch_cudnn_algo.execution_plan_counts()["built"] == built  # the workers' plans ran, none rebuilt here
+    # The workers' plans ran, none rebuilt here.
+    assert torch_cudnn_algo.diagnostics.execution_plan_counts()["built"] == built
 
 
 def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatch, tmp_path):
@@ -371,7 +372,7 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
         torch_cudnn_algo.clear_cache()  # this process forgets its plans, as a new one has none
         before = dict(ops.execution_plan_cache_counts())
         torch_cudnn_algo.tune(conv, x, directions=("fwd",), progress=False, retune=True)
-        (entry,) = torch_cudnn_algo.tuning_log()
+        (entry,) = torch_cudnn_algo.diagnostics.tuning_log()
         after = dict(ops.execution_plan_cache_counts())
         return entry, {name: after[name] - before[name] for name in after}
 
@@ -384,10 +385,10 @@ def test_runtime_compiled_plans_are_saved_and_a_later_tune_loads_them(monkeypatc
     assert first["saved"] >= len(compiled) and len(files) >= len(compiled), (first, files)
     assert first["loaded"] == 0 and first["rejected"] == 0 and first["save_failed"] == 0, first
 
-    built = torch_cudnn_algo.execution_plan_counts()["built"]
+    built = torch_cudnn_algo.diagnostics.execution_plan_counts()["built"]
     entry, second = tune_afresh()
     assert second["loaded"] >= len(compiled) and second["saved"] == 0, second
-    rebuilt = torch_cudnn_algo.execution_plan_counts()["built"] - built
+    rebuilt = torch_cudnn_algo.diagnostics.execution_plan_counts()["built"] - built
     assert rebuilt <= len(entry["configs"]) - len(compiled), (rebuilt, entry["configs"])
     assert_stocks_bits_and_close(conv, x, stock, entry["stock_config"], compiled)  # as loaded from disk
 
@@ -462,7 +463,7 @@ def tune_forms(forms, direction):
             stock = run_form(form, direction, x, w, grad)
             with torch_cudnn_algo.flags(**{FLAG[direction]: "fastest"}):
                 picked = run_form(form, direction, x, w, grad)
-            entry = torch_cudnn_algo.tuning_log()[-1]
+            entry = torch_cudnn_algo.diagnostics.tuning_log()[-1]
             assert_breakdown(entry)
             by_name = {c["config"]: c for c in entry["configs"]}
             assert not by_name[entry["stock_config"]]["extra"], entry
@@ -475,7 +476,7 @@ def tune_forms(forms, direction):
                 expected = gx if direction == "bwd_data" else gw
             assert relative_error(picked, expected) < 1e-2, (form.name, entry)
             tuned.append((form, entry))
-    assert [entry for _, entry in tuned] == torch_cudnn_algo.tuning_log()
+    assert [entry for _, entry in tuned] == torch_cudnn_algo.diagnostics.tuning_log()
     replay_probe_rule(tuned)
     return tuned
 
@@ -486,7 +487,7 @@ def test_wide_search_probes_the_fallback_list_on_grouped_convolutions(direction)
     configurations (runtime-compiled ones within the compile budget), each probed once first;
     heuristics B stays unasked. A form may have no extras left: the process's record skips an
     engine that was far from the best on two convolutions of the kind (replayed in tune_forms)."""
-    before = torch_cudnn_algo.execution_plan_counts()
+    before = torch_cudnn_algo.diagnostics.execution_plan_counts()
     tuned = tune_forms(GROUPED_FORMS, direction)
     extras = [c for _, entry in tuned for c in entry["configs"] if c["extra"]]
     assert extras and {c["source"] for c in extras} == {"fallback"}, tuned
@@ -496,7 +497,7 @@ def test_wide_search_probes_the_fallback_list_on_grouped_convolutions(direction)
         assert sum(c["rtc"] and c["build_s"] is not None for c in first_round) <= 1, entry
         assert "heuristics_b" not in {c["source"] for c in entry["configs"]}, entry
     # Extras build from their names: no heuristics query.
-    assert torch_cudnn_algo.execution_plan_counts()["built_by_heuristics"] == before["built_by_heuristics"]
+    assert torch_cudnn_algo.diagnostics.execution_plan_counts()["built_by_heuristics"] == before["built_by_heuristics"]
 
 
 @pytest.mark.parametrize("direction", list(DIRECTIONS))
@@ -511,7 +512,7 @@ def test_wide_search_stays_off_for_dense_and_depthwise_convolutions_and_when_tur
     x, w, grad = operands()
     with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
         run_direction("fwd", x, w, grad)
-    (dense,) = torch_cudnn_algo.tuning_log()
+    (dense,) = torch_cudnn_algo.diagnostics.tuning_log()
     torch_cudnn_algo.clear_cache()
     (depthwise,) = [entry for _, entry in tune_forms([DEPTHWISE_FORM], "fwd")]
     torch_cudnn_algo.clear_cache()

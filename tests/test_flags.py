@@ -66,9 +66,9 @@ def test_fastest_policy_is_accepted_and_reaches_the_extension(flag, value):
     ops = _ops
     assert ops.get_policy(key) == "fastest"
     assert ops.get_legacy_algo(key) == -1 and ops.get_engine(key) == ""
-    assert "aten::convolution_backward" in torch_cudnn_algo.active_overrides()
+    assert "aten::convolution_backward" in torch_cudnn_algo.diagnostics.active_overrides()
     setattr(cudnn, flag, None)
-    assert ops.get_policy(key) == "" and torch_cudnn_algo.active_overrides() == []
+    assert ops.get_policy(key) == "" and torch_cudnn_algo.diagnostics.active_overrides() == []
 
 
 def test_unknown_policy_is_rejected_by_the_extension():
@@ -96,13 +96,13 @@ def test_workspace_limit_rejects_bad_values_and_keeps_previous(value):
 def test_conv_profile_registers_every_override_and_removes_them():
     cudnn.conv_profile = True
     assert _ops.get_profile()
-    assert set(torch_cudnn_algo.active_overrides()) == {
+    assert set(torch_cudnn_algo.diagnostics.active_overrides()) == {
         "aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward"}
     with pytest.raises(ValueError, match="must be True or False"):
         cudnn.conv_profile = "yes"
     assert cudnn.conv_profile is True
     cudnn.conv_profile = False
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
 
 
 @pytest.mark.parametrize("flag", ["conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo"])
@@ -122,7 +122,7 @@ def test_engine_names_are_pinned_and_normalised(flag, value, canonical):
     direction = {"conv_fwd_algo": "fwd", "conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
     assert _ops.get_engine(direction) == canonical
     assert _ops.get_legacy_algo(direction) == -1
-    assert "aten::convolution_backward" in torch_cudnn_algo.active_overrides()
+    assert "aten::convolution_backward" in torch_cudnn_algo.diagnostics.active_overrides()
     setattr(cudnn, flag, 1)  # switching back to a legacy algorithm replaces the engine
     assert _ops.get_engine(direction) == ""
 
@@ -135,7 +135,7 @@ def test_our_kernel_is_pinned_by_its_name(flag, value):
     direction = {"conv_fwd_algo": "fwd", "conv_bwd_data_algo": "bwd_data", "conv_bwd_filter_algo": "bwd_filter"}[flag]
     assert _ops.get_engine(direction) == "tca.direct"
     assert _ops.get_legacy_algo(direction) == -1
-    assert "aten::convolution_backward" in torch_cudnn_algo.active_overrides()
+    assert "aten::convolution_backward" in torch_cudnn_algo.diagnostics.active_overrides()
     setattr(cudnn, flag, None)
     assert _ops.get_engine(direction) == ""
 
@@ -241,7 +241,7 @@ def test_flags_context_manager_validates_everything_first():
         with torch_cudnn_algo.flags(conv_fwd_algo=1, conv_algo_strict="yes"):
             pass
     assert cudnn.conv_fwd_algo is None
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
 
 
 @pytest.mark.parametrize("direction", list(DIRECTIONS))
@@ -260,9 +260,9 @@ def test_extension_rejects_bad_values_too():
 
 
 def test_legacy_algorithm_names():
-    assert torch_cudnn_algo.legacy_algorithm_names()[1] == "IMPLICIT_PRECOMP_GEMM"
+    assert torch_cudnn_algo.diagnostics.legacy_algorithm_names()[1] == "IMPLICIT_PRECOMP_GEMM"
     with pytest.raises(ValueError, match="unknown direction"):
-        torch_cudnn_algo.legacy_algorithm_names("up")
+        torch_cudnn_algo.diagnostics.legacy_algorithm_names("up")
 
 
 def test_knob_search_flag_takes_bools_and_reaches_the_extension():
@@ -278,7 +278,7 @@ def test_knob_search_flag_takes_bools_and_reaches_the_extension():
     cudnn.conv_knob_search = False
     assert not _ops.get_knob_search()
     # Not a choice: no override is registered for it.
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
 
 
 @pytest.mark.parametrize("name", sorted(torch_cudnn_algo.TOLERANCES))
@@ -293,6 +293,6 @@ def test_tuner_tolerance_rejects_unknown_dtypes():
 
 
 def test_tuning_log_starts_empty_and_clear_cache_empties_it():
-    assert torch_cudnn_algo.tuning_log() == []
+    assert torch_cudnn_algo.diagnostics.tuning_log() == []
     torch_cudnn_algo.clear_cache()
-    assert torch_cudnn_algo.tuning_log() == []
+    assert torch_cudnn_algo.diagnostics.tuning_log() == []

@@ -26,10 +26,11 @@ from conv_cases import (
     tolerance,
     TRANSFORM_FWD_ALGOS,
 )
+from torch_cudnn_algo import diagnostics
 
 pytestmark = pytest.mark.gpu
 
-FWD_NAMES = torch_cudnn_algo.legacy_algorithm_names("fwd")
+FWD_NAMES = diagnostics.legacy_algorithm_names("fwd")
 LOGGER = "torch_cudnn_algo"
 
 
@@ -41,12 +42,12 @@ def check_left_to_pytorch(algo: int, form, x: torch.Tensor, w: torch.Tensor) -> 
     """A convolution stock PyTorch does not send to cuDNN (fp32/fp64 NCHW depthwise goes to its
     native kernel) is not ours to change: pinned, our plan never runs and the result is stock's."""
     stock = form.conv(x, w)
-    before = torch_cudnn_algo.pinned_run_counts()["fwd"]
+    before = diagnostics.pinned_run_counts()["fwd"]
     with warnings.catch_warnings(record=True) as caught, torch_cudnn_algo.flags(conv_fwd_algo=algo):
         warnings.simplefilter("always")
         out = form.conv(x, w)
     torch.cuda.synchronize()
-    assert torch_cudnn_algo.pinned_run_counts()["fwd"] == before, "our plan ran a convolution stock keeps from cuDNN"
+    assert diagnostics.pinned_run_counts()["fwd"] == before, "our plan ran a convolution stock keeps from cuDNN"
     assert not refusal_warnings(caught)
     assert out.stride() == stock.stride() and torch.equal(out, stock)
 
@@ -65,7 +66,7 @@ def test_pinned_forward_algorithm(algo, form, layout, case, caplog):
             return
         expected = reference(form, x, w)
         stock = form.conv(x, w)
-        workspace = torch_cudnn_algo.legacy_workspace_sizes(
+        workspace = diagnostics.legacy_workspace_sizes(
             "fwd", x, w, **form.kwargs(), allow_tf32=case.allow_tf32
         )[algo]
 
@@ -97,7 +98,7 @@ def test_pinned_forward_algorithm(algo, form, layout, case, caplog):
 def test_refusal_warns_once_per_configuration():
     x = torch.randn(2, 8, 9, 9, device="cuda")
     w = torch.randn(16, 8, 3, 3, device="cuda")
-    sizes = torch_cudnn_algo.legacy_workspace_sizes("fwd", x, w, padding=1)
+    sizes = diagnostics.legacy_workspace_sizes("fwd", x, w, padding=1)
     unsupported = [a for a, b in sizes.items() if b is None]
     if not unsupported:
         pytest.fail("every forward algorithm supports the test's convolution; the test needs one cuDNN refuses")
@@ -112,7 +113,7 @@ def test_refusal_warns_once_per_configuration():
 def test_strict_repro_is_copy_paste_runnable(tmp_path):
     x = torch.randn(2, 8, 9, 9, device="cuda")
     w = torch.randn(16, 8, 3, 3, device="cuda")
-    sizes = torch_cudnn_algo.legacy_workspace_sizes("fwd", x, w, stride=2)
+    sizes = diagnostics.legacy_workspace_sizes("fwd", x, w, stride=2)
     unsupported = [a for a, b in sizes.items() if b is None]
     if not unsupported:
         pytest.fail("every forward algorithm supports the test's convolution; the test needs one cuDNN refuses")
@@ -157,7 +158,7 @@ def test_every_output_element_is_written(algo):
     for x_shape, w_shape in ((3, 8, 16, 16), (16, 8, 3, 3)), ((4, 64, 28, 28), (64, 64, 3, 3)):
         x = torch.randn(x_shape, device="cuda")
         w = torch.randn(w_shape, device="cuda")
-        if torch_cudnn_algo.legacy_workspace_sizes("fwd", x, w, padding=1, allow_tf32=False)[algo] is not None:
+        if diagnostics.legacy_workspace_sizes("fwd", x, w, padding=1, allow_tf32=False)[algo] is not None:
             break
     else:
         with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):

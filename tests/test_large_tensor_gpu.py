@@ -85,10 +85,10 @@ def test_64bit_depthwise_rounds_as_well_as_stock(operands, shape, setting):
     x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         stock = F.conv2d(x, w, padding=1, groups=2)
-        runs_before = torch_cudnn_algo.pinned_run_counts()["fwd"]
+        runs_before = torch_cudnn_algo.diagnostics.pinned_run_counts()["fwd"]
         with torch_cudnn_algo.flags(conv_fwd_algo=setting):
             ours = F.conv2d(x, w, padding=1, groups=2)
-        ran_ours = torch_cudnn_algo.pinned_run_counts()["fwd"] - runs_before
+        ran_ours = torch_cudnn_algo.diagnostics.pinned_run_counts()["fwd"] - runs_before
     torch.cuda.synchronize()
     if setting == "fastest" and ran_ours == 0:
         # The tuner declines a configuration it cannot tune (its float64 check of 2^31 elements

@@ -143,41 +143,24 @@ def test_binary_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_use_plan_puts_entries_in_force_and_registers_the_overrides() -> None:
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
     plan = sample_plan()
     torch_cudnn_algo.use_plan(plan)
     assert torch_cudnn_algo.current_plan() is plan
     assert in_force() == {FWD: ENGINE, BWD_DATA: "1", BWD_FILTER: "",
                           "conv2d 4x16x1x100 -> 32x1x5 s1 p0x2 fp32 contiguous fwd": "eng7"}
-    assert set(torch_cudnn_algo.active_overrides()) == {
+    assert set(torch_cudnn_algo.diagnostics.active_overrides()) == {
         "aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::convolution_backward"}
-    assert set(torch_cudnn_algo.plan_entry_run_counts().values()) == {0}
+    assert set(torch_cudnn_algo.diagnostics.plan_entry_run_counts().values()) == {0}
     torch_cudnn_algo.use_plan(None)
     assert torch_cudnn_algo.current_plan() is None and in_force() == {}
-    assert torch_cudnn_algo.active_overrides() == []
-
-
-def test_the_old_counter_and_class_names_still_work_and_warn_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch_cudnn_algo._plan, "_deprecation_warned", set())
-    torch_cudnn_algo.use_plan(Plan({FWD: ENGINE}))
-    try:
-        for old, new in (("plan_run_counts", "plan_entry_run_counts"), ("plan_build_counts", "execution_plan_counts")):
-            assert old not in torch_cudnn_algo.__all__ and new in torch_cudnn_algo.__all__
-            with pytest.warns(DeprecationWarning, match=rf"torch_cudnn_algo.{old}\(\) is deprecated; use "
-                                                        rf"torch_cudnn_algo.{new}\(\)"):
-                assert getattr(torch_cudnn_algo, old)() == getattr(torch_cudnn_algo, new)()
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                getattr(torch_cudnn_algo, old)()  # once per process
-    finally:
-        torch_cudnn_algo.use_plan(None)
-    assert torch_cudnn_algo.SerializedPlan is torch_cudnn_algo.SerializedExecutionPlan
-    assert "SerializedPlan" not in torch_cudnn_algo.__all__
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
 
 
 def test_a_plan_covering_one_direction_registers_only_what_it_needs() -> None:
     torch_cudnn_algo.use_plan(Plan({FWD: ENGINE}))
-    assert set(torch_cudnn_algo.active_overrides()) == {"aten::cudnn_convolution", "aten::convolution_backward"}
+    assert set(torch_cudnn_algo.diagnostics.active_overrides()) == {"aten::cudnn_convolution",
+                                                                    "aten::convolution_backward"}
 
 
 def test_use_plan_as_context_manager_restores_the_previous_plan(tmp_path: Path) -> None:

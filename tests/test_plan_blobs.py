@@ -276,7 +276,7 @@ def test_the_extension_refuses_a_blob_on_a_legacy_choice() -> None:
 
 
 def test_execution_plan_counts_are_there_without_a_gpu() -> None:
-    counts = torch_cudnn_algo.execution_plan_counts()
+    counts = torch_cudnn_algo.diagnostics.execution_plan_counts()
     assert set(counts) == {"built", "built_by_heuristics", "deserialized", "prefetched", "deserialize_failed",
                            "build_us", "deserialize_us"}
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())

@@ -119,12 +119,12 @@ def test_tune_leaves_the_model_as_it_was_and_plans_what_training_runs() -> None:
         "conv2d 8x32x32x32 -> 32x3x3 s2 p1 fp16 channels_last bwd_data",
         "conv2d 8x32x32x32 -> 32x3x3 s2 p1 fp16 channels_last bwd_filter",
     ])
-    before_runs = torch_cudnn_algo.pinned_run_counts()
+    before_runs = torch_cudnn_algo.diagnostics.pinned_run_counts()
     with torch_cudnn_algo.use_plan(plan), torch.autocast("cuda", dtype=torch.float16):
         model(x).float().sum().backward()
-        counts = torch_cudnn_algo.plan_entry_run_counts()
+        counts = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
     assert set(counts) == {str(c) for c in plan} and min(counts.values()) == 1, counts
-    after = torch_cudnn_algo.pinned_run_counts()
+    after = torch_cudnn_algo.diagnostics.pinned_run_counts()
     assert sum(after.values()) - sum(before_runs.values()) == 5
 
 
@@ -133,14 +133,14 @@ def test_plan_entries_win_over_the_flags_and_other_configurations_follow_them() 
     w = torch.randn(8, 8, 3, 3, device="cuda")
     planned = ConvSpec.of("fwd", x, w, padding=1)
     other = torch.randn(4, 8, 20, 20, device="cuda")
-    legacy = torch_cudnn_algo.legacy_workspace_sizes(planned, allow_tf32=False)
+    legacy = torch_cudnn_algo.diagnostics.legacy_workspace_sizes(planned, allow_tf32=False)
     algos = [a for a, size in legacy.items() if size is not None]
     assert len(algos) >= 2
     torch.backends.cudnn.conv_fwd_algo = algos[0]
     with torch_cudnn_algo.use_plan(Plan({planned: algos[1]})), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         torch.nn.functional.conv2d(x, w, padding=1)
         torch.nn.functional.conv2d(other, w, padding=1)
-        counts = torch_cudnn_algo.plan_entry_run_counts()
+        counts = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
         reference = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
         out = torch.nn.functional.conv2d(x, w, padding=1)
     assert counts == {str(planned): 1}
@@ -156,7 +156,7 @@ def test_a_refused_plan_entry_warns_naming_the_entry_and_stock_runs() -> None:
     with torch_cudnn_algo.use_plan(Plan({conv: nondeterministic})), torch.backends.cudnn.flags(enabled=True, deterministic=True):
         with pytest.warns(UserWarning, match=f"the plan entry '{conv}'"):
             torch.nn.functional.conv2d(x, w.requires_grad_(), padding=1).sum().backward()
-        assert torch_cudnn_algo.plan_entry_run_counts() == {str(conv): 0}
+        assert torch_cudnn_algo.diagnostics.plan_entry_run_counts() == {str(conv): 0}
 
 
 def test_a_plan_made_on_another_gpu_warns_and_strict_refuses(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_a_plan_made_on_another_gpu_warns_and_strict_refuses(tmp_path: Path) -> 
 def test_profile_table_policies(policy: str) -> None:
     model = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False).cuda().half().to(memory_format=torch.channels_last)
     x = torch.randn(16, 32, 28, 28, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
-    energy = torch_cudnn_algo.EnergySettings(window_s=0.5, rounds=2, warmup=None)
+    energy = torch_cudnn_algo.energy.EnergySettings(window_s=0.5, rounds=2, warmup=None)
     plan = torch_cudnn_algo.tune(model, x, policy=policy, directions=("fwd",), progress=False,
                                  energy_settings=energy)
     (conv,) = plan
@@ -222,7 +222,7 @@ def test_torchvision_network_under_its_plan_is_as_close_to_float64_as_stock() ->
         plan = torch_cudnn_algo.tune(model, x, progress=False)
     with torch_cudnn_algo.use_plan(plan):
         planned = step(model, x, amp=True)
-        counts = torch_cudnn_algo.plan_entry_run_counts()
+        counts = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
     stock = step(model, x, amp=True)
     reference = step(model.double(), x.double(), amp=False)
     assert len(counts) >= 20 and min(counts.values()) >= 1, counts

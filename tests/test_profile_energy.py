@@ -9,11 +9,10 @@ import functools
 import pytest
 from energy_fakes import FakeGpu, FakeTimeline
 
-from torch_cudnn_algo import ProfileRow, ProfileTable
-from torch_cudnn_algo._energy import EnergySettings, measure_energy
+from torch_cudnn_algo import ProfileRow, ProfileTable, energy
 from torch_cudnn_algo._profile_energy import EnergyRequest, measure_rows_energy, selected
 
-SETTINGS = EnergySettings(window_s=0.25, rounds=2, warmup=None, sample_period_s=0.002, counter_timeout_s=0.5)
+SETTINGS = energy.EnergySettings(window_s=0.25, rounds=2, warmup=None, sample_period_s=0.002, counter_timeout_s=0.5)
 WATTS = {None: 300.0, "eng1": 240.0, "eng2": 300.0, "eng3": 200.0, 0: 100.0}
 
 
@@ -60,7 +59,7 @@ def test_rows_get_energy_with_spread_and_ratio_to_stock_per_call_of_the_replays(
         replays.append(calls)
         return gpu.mode(power[run], 0.001 * calls), None
 
-    measure = functools.partial(measure_energy, meter=gpu, timeline=FakeTimeline())
+    measure = functools.partial(energy.measure, meter=gpu, timeline=FakeTimeline())
     updated, info = measure_rows_energy(rows(), run_of, EnergyRequest(SETTINGS, within=0.10), replay=replay,
                                         measure=measure)
     table = ProfileTable("fwd", "conv", "float16", updated, {"energy_measure": info})
@@ -80,7 +79,7 @@ def test_rows_get_energy_with_spread_and_ratio_to_stock_per_call_of_the_replays(
 
 def test_a_candidate_that_cannot_be_captured_is_measured_eagerly_and_says_why() -> None:
     gpu = FakeGpu()
-    measure = functools.partial(measure_energy, meter=gpu, timeline=FakeTimeline())
+    measure = functools.partial(energy.measure, meter=gpu, timeline=FakeTimeline())
     updated, info = measure_rows_energy(
         rows(), lambda row: gpu.mode(WATTS[row.value], 0.001), EnergyRequest(SETTINGS, within=0.0),
         replay=lambda run, calls: (None, "CUDA graph capture failed (RuntimeError: no)"), measure=measure)

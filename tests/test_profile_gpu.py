@@ -98,9 +98,9 @@ def test_profile_has_a_row_per_candidate_and_returns_memory(direction):
 
 
 def test_profile_reports_energy_where_nvml_has_a_counter():
-    if torch_cudnn_algo.energy_unavailable() is not None:
-        pytest.fail(f"energy cannot be measured here ({torch_cudnn_algo.energy_unavailable()}); the test needs it")
-    settings = torch_cudnn_algo.EnergySettings(window_s=0.5, rounds=2, warmup=None)
+    if torch_cudnn_algo.energy.unavailable() is not None:
+        pytest.fail(f"energy cannot be measured here ({torch_cudnn_algo.energy.unavailable()}); the test needs it")
+    settings = torch_cudnn_algo.energy.EnergySettings(window_s=0.5, rounds=2, warmup=None)
     table = torch_cudnn_algo.profile("fwd", "32x64x28x28 float16 channels_last", "64x64x3x3 float16 channels_last",
                                      padding=1, reps=5, energy=settings, energy_within=None, energy_candidates=2)
     energies = [r.energy_j for r in table if r.energy_j is not None]

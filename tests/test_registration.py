@@ -24,7 +24,7 @@ def cuda_kernel_line(op: str = OP) -> str:
 
 
 def test_stock_kernels_when_nothing_is_pinned():
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
     assert "RegisterCUDA" in cuda_kernel_line(OP)
     assert "RegisterCUDA" in cuda_kernel_line(TRANSPOSE)
     assert "RegisterCUDA" in cuda_kernel_line(BACKWARD)
@@ -35,13 +35,13 @@ def test_override_follows_the_forward_flag(caplog):
         warnings.simplefilter("error")  # the dispatcher's override warning must not surface
         cudnn.conv_fwd_algo = 1
         # convolution_backward too: a transposed convolution's input gradient is a forward call
-        assert torch_cudnn_algo.active_overrides() == [OP, BACKWARD]
+        assert torch_cudnn_algo.diagnostics.active_overrides() == [OP, BACKWARD]
         assert "overrides.cpp" in cuda_kernel_line(OP)
         assert "overrides.cpp" in cuda_kernel_line(BACKWARD)
         cudnn.conv_fwd_algo = 5  # changing the choice keeps one registration
-        assert torch_cudnn_algo.active_overrides() == [OP, BACKWARD]
+        assert torch_cudnn_algo.diagnostics.active_overrides() == [OP, BACKWARD]
         cudnn.conv_fwd_algo = None
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
     assert "RegisterCUDA" in cuda_kernel_line()
     assert "RegisterCUDA" in cuda_kernel_line(BACKWARD)
     messages = [r.getMessage() for r in caplog.records]
@@ -59,23 +59,23 @@ def test_override_follows_the_forward_flag(caplog):
 )
 def test_backward_flags_register_what_they_need(flag, expected):
     setattr(cudnn, flag, 1)
-    assert torch_cudnn_algo.active_overrides() == expected
+    assert torch_cudnn_algo.diagnostics.active_overrides() == expected
     setattr(cudnn, flag, None)
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
 
 
 def test_overrides_stay_while_any_direction_is_pinned():
     cudnn.conv_fwd_algo = 0
     cudnn.conv_bwd_filter_algo = 1
     cudnn.conv_fwd_algo = None
-    assert torch_cudnn_algo.active_overrides() == [BACKWARD]
+    assert torch_cudnn_algo.diagnostics.active_overrides() == [BACKWARD]
     cudnn.conv_bwd_filter_algo = None
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
 
 
 def test_strict_alone_registers_nothing():
     cudnn.conv_algo_strict = True
-    assert torch_cudnn_algo.active_overrides() == []
+    assert torch_cudnn_algo.diagnostics.active_overrides() == []
 
 
 def call_cuda_kernel(x, w, padding, stride, dilation, groups=1):

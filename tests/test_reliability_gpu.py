@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 import torch_cudnn_algo
 from conv_cases import ConvForm, DtypeCase, make_inputs, relative_error
-from torch_cudnn_algo import _ops
+from torch_cudnn_algo import _graph_capture, _ops, diagnostics
 from torch_cudnn_algo._algorithms import DIRECTIONS
 
 pytestmark = pytest.mark.gpu
@@ -56,7 +56,7 @@ TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 def ran_since(before: dict[str, int]) -> dict[str, int]:
     """Convolution calls per direction that ran one of our plans since `before`."""
-    now = torch_cudnn_algo.pinned_run_counts()
+    now = diagnostics.pinned_run_counts()
     return {d: now[d] - before[d] for d in now}
 
 
@@ -171,7 +171,7 @@ def make(seed, form, dtype, layout):
 def algo1_runs_it(form, x, w):
     if not reaches_cudnn(form, x, w):
         return False
-    return all(torch_cudnn_algo.legacy_workspace_sizes(d, x, w, **form.kwargs(), allow_tf32=False)[1] is not None
+    return all(diagnostics.legacy_workspace_sizes(d, x, w, **form.kwargs(), allow_tf32=False)[1] is not None
                for d in DIRECTIONS)
 
 
@@ -201,9 +201,9 @@ def main():
             cudnn.conv_algo_strict = True
             expected, per_iter = [], []
             for config, ref in zip(configs, stock):
-                before = torch_cudnn_algo.pinned_run_counts()
+                before = torch_cudnn_algo.diagnostics.pinned_run_counts()
                 expected.append(step(config))
-                after = torch_cudnn_algo.pinned_run_counts()
+                after = torch_cudnn_algo.diagnostics.pinned_run_counts()
                 per_iter.append({d: after[d] - before[d] for d in DIRECTIONS})
                 for name, a, b in zip(("out", "grad_input", "grad_weight"), expected[-1], ref):
                     err = relative_error(a, b)
@@ -249,7 +249,7 @@ def main():
         threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(N_THREADS)]
         if MODE == "flip":
             threads.append(threading.Thread(target=flipper, daemon=True))
-        before = torch_cudnn_algo.pinned_run_counts()
+        before = torch_cudnn_algo.diagnostics.pinned_run_counts()
         for t in threads:
             t.start()
         for t in threads[:N_THREADS]:
@@ -263,7 +263,7 @@ def main():
             print("RESULT " + json.dumps(summary), flush=True)
             os._exit(3)
         torch.cuda.synchronize()
-        after = torch_cudnn_algo.pinned_run_counts()
+        after = torch_cudnn_algo.diagnostics.pinned_run_counts()
         summary["counts"] = {d: after[d] - before[d] for d in DIRECTIONS}
         summary["flips"] = flips[0]
         summary["min_flips"] = MIN_FLIPS
@@ -332,11 +332,11 @@ def test_two_devices_pinned_choices_match_stock_with_a_plan_cache_per_device(two
         stock = [eager_step(m, x.to(d), grad.to(d)) for m, d in zip(models, two_devices)]
         with torch_cudnn_algo.flags(conv_algo_strict=True, **ALL_PINNED_1):
             assert _ops.runner_cache_size() == 0
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             pinned0 = eager_step(models[0], x.to(two_devices[0]), grad.to(two_devices[0]))
             ran0 = ran_since(before)
             size0 = _ops.runner_cache_size()
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             # cuda:1 while cuda:0 is the current device: the override must follow the tensors.
             assert torch.cuda.current_device() == 0
             pinned1 = eager_step(models[1], x.to(two_devices[1]), grad.to(two_devices[1]))
@@ -362,7 +362,7 @@ def test_two_devices_fastest_matches_stock_with_decisions_per_device(two_devices
         with torch_cudnn_algo.flags(**FASTEST):
             picked0 = eager_step(models[0], x.to(two_devices[0]), grad.to(two_devices[0]))
             decisions0 = _ops.profile_decision_count()
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             picked1 = eager_step(models[1], x.to(two_devices[1]), grad.to(two_devices[1]))
             decisions1 = _ops.profile_decision_count()
             ran1 = ran_since(before)
@@ -387,14 +387,12 @@ GRAPH_CASES = {
 
 
 def warm_up(model, static_x, static_grad, backward: bool) -> None:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            out = model(static_x)
-            if backward:
-                out.backward(static_grad)
-    torch.cuda.current_stream().wait_stream(side)
+    def step() -> None:
+        out = model(static_x)
+        if backward:
+            out.backward(static_grad)
+
+    _graph_capture.warm_up(step, 3)
     torch.cuda.synchronize()
 
 
@@ -404,14 +402,18 @@ def capture(model, static_x, static_grad, backward: bool):
     static_x.grad = None
     for p in model.parameters():
         p.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    outputs = []
+
+    def body() -> None:
         if backward:
-            static_out = model(static_x)
-            static_out.backward(static_grad)
+            outputs.append(model(static_x))
+            outputs[0].backward(static_grad)
         else:
             with torch.no_grad():
-                static_out = model(static_x)
+                outputs.append(model(static_x))
+
+    graph = _graph_capture.capture(body)
+    (static_out,) = outputs
     if not backward:
         return graph, [static_out]
     return graph, [static_out, static_x.grad, *[p.grad for p in model.parameters()]]
@@ -428,7 +430,7 @@ def engine_choices(x: torch.Tensor, w: torch.Tensor) -> dict[str, str]:
     """Per direction, the first engine configuration cuDNN offers that may run here."""
     choices = {}
     for direction in DIRECTIONS:
-        configs = torch_cudnn_algo.engine_configs(direction, x, w, padding=1, allow_tf32=False, deterministic=False)
+        configs = diagnostics.engine_configs(direction, x, w, padding=1, allow_tf32=False, deterministic=False)
         usable = [c for c in configs if c.refusal is None and c.workspace is not None]
         if not usable:
             pytest.fail(f"cuDNN offers no usable {direction} engine configuration for the test's CNN layer "
@@ -451,7 +453,7 @@ def test_cuda_graph_replay_with_pinned_choices_matches_eager(kind, case, backwar
         choices = ALL_PINNED_1 if kind == "legacy" else engine_choices(static_x.detach(), model[0].weight.detach())
         with torch_cudnn_algo.flags(conv_algo_strict=True, **choices):
             warm_up(model, static_x, static_grad, backward)
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             graph, static_results = capture(model, static_x, static_grad, backward)
             captured = ran_since(before)
             replay(graph, static_x, new_x)
@@ -483,7 +485,7 @@ def test_cuda_graph_capture_never_profiles_under_fastest():
         stock = eager_step(model, new_x, static_grad)
         warm_up(model, static_x, static_grad, backward=True)  # flags None: the policy has not met it
         with torch_cudnn_algo.flags(**FASTEST):
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             graph, static_results = capture(model, static_x, static_grad, backward=True)
             assert _ops.profile_decision_count() == 0
             assert sum(ran_since(before).values()) == 0  # stock was captured
@@ -494,7 +496,7 @@ def test_cuda_graph_capture_never_profiles_under_fastest():
             picked = eager_step(model, new_x, static_grad)
             assert _ops.profile_decision_count() == 3
             # ...and a new capture runs the cached picks, without profiling again.
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             graph2, static_results2 = capture(model, static_x, static_grad, backward=True)
             captured = ran_since(before)
             assert _ops.profile_decision_count() == 3
@@ -539,7 +541,7 @@ def test_torch_compile_with_pinned_choices_matches_eager(record_property):
                     torch._dynamo.reset()
                     compiled = torch.compile(model, backend=backend)
                     first = eager_step(compiled, x, grad)
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             second = eager_step(compiled, x, grad)  # the compiled code only
             ran = ran_since(before)
     finally:
@@ -598,7 +600,7 @@ def test_pinned_workspace_out_of_memory_follows_the_refusal_rule(direction):
     with cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         x, w = make_inputs(OOM_FORM, OOM_CASE, torch.contiguous_format, seed=13)
         grad = torch.randn(1, 256, 80, 128, device=device, generator=torch.Generator(device).manual_seed(14))
-        workspace = torch_cudnn_algo.legacy_workspace_sizes(direction, x, w, padding=1, allow_tf32=False)[algo]
+        workspace = diagnostics.legacy_workspace_sizes(direction, x, w, padding=1, allow_tf32=False)[algo]
         if workspace is None:
             pytest.fail(f"cuDNN does not support {direction} {name} for the test's convolution; the test needs an "
                         "algorithm whose workspace it can make unallocatable")
@@ -612,7 +614,7 @@ def test_pinned_workspace_out_of_memory_follows_the_refusal_rule(direction):
 
         # Default: one warning per configuration, then stock runs.
         with squeezed_memory(device, headroom):
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             with warnings.catch_warnings(record=True) as caught, \
                     torch_cudnn_algo.flags(**{FLAG[direction]: algo}):
                 warnings.simplefilter("always")
@@ -653,7 +655,7 @@ def test_pinned_workspace_out_of_memory_follows_the_refusal_rule(direction):
 
         # With the memory back, the same pinned choice runs: memory was the only reason.
         if workspace < 0.8 * torch.cuda.mem_get_info(device)[0]:
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = diagnostics.pinned_run_counts()
             with torch_cudnn_algo.flags(**{FLAG[direction]: algo, "conv_algo_strict": True}):
                 out = run_direction(direction, x, w, grad)
             assert ran_since(before)[direction] == 1
@@ -782,18 +784,18 @@ torch.cuda.synchronize()
 cudnn.conv_fwd_algo, cudnn.conv_bwd_data_algo, cudnn.conv_bwd_filter_algo = 1, 1, 1
 for name, (call, word) in CASES.items():
     print("CASE", name, flush=True)  # the last one printed names a crash
-    before = torch_cudnn_algo.pinned_run_counts()
+    before = torch_cudnn_algo.diagnostics.pinned_run_counts()
     outcome = outcome_of(call)
-    outcome["ran_ours"] = torch_cudnn_algo.pinned_run_counts() != before
+    outcome["ran_ours"] = torch_cudnn_algo.diagnostics.pinned_run_counts() != before
     outcome["word"] = word
     summary["cases"][name] = outcome
 
 for name, call in VALID.items():
     print("VALID", name, flush=True)
-    before = torch_cudnn_algo.pinned_run_counts()
+    before = torch_cudnn_algo.diagnostics.pinned_run_counts()
     ours = call()
     full = FULL[name]()
-    after = torch_cudnn_algo.pinned_run_counts()
+    after = torch_cudnn_algo.diagnostics.pinned_run_counts()
     torch.cuda.synchronize()
     errors = [None if s is None else rel(o, s) for o, s in zip(ours, stock_valid[name])]
     same_as_full = all((o is None and f is None) or torch.equal(o, f) for o, f in zip(ours, full))

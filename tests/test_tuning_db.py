@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import torch_cudnn_algo
-from torch_cudnn_algo import _db, _ops, cli
+from torch_cudnn_algo import _ops, cli
 
 pytestmark = pytest.mark.skipif(not torch_cudnn_algo.is_available(), reason="needs the C++ extension")
 
@@ -52,15 +52,15 @@ def db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_the_variable_names_the_directory_and_the_older_one_still_counts(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "db"))
     monkeypatch.setenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", str(tmp_path / "old"))
-    assert _db.tuning_db_dir() == str(tmp_path / "db")
+    assert torch_cudnn_algo.db.directory() == str(tmp_path / "db")
     monkeypatch.delenv("TORCH_CUDNN_ALGO_DB")
-    assert _db.tuning_db_dir() == str(tmp_path / "old")  # the compiled-plan cache's variable, folded in
+    assert torch_cudnn_algo.db.directory() == str(tmp_path / "old")  # the compiled-plan cache's variable, folded in
 
 
 @pytest.mark.parametrize("off", ["0", ""])
 def test_zero_or_empty_turns_it_off(monkeypatch, off):
     monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", off)
-    assert _db.tuning_db_dir() is None
+    assert torch_cudnn_algo.db.directory() is None
     assert not save("k", b"x") and _ops.tuning_db_load("execution_plan", "k") is None
 
 
@@ -69,9 +69,8 @@ import json, warnings
 warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
     import torch_cudnn_algo
-    from torch_cudnn_algo import _db
-print("RESULT" + json.dumps({"warnings": [str(w.message) for w in caught], "dir": _db.tuning_db_dir(),
-                             "bound": _db.tuning_db_max_bytes()}))
+print("RESULT" + json.dumps({"warnings": [str(w.message) for w in caught], "dir": torch_cudnn_algo.db.directory(),
+                             "bound": torch_cudnn_algo.db.max_bytes()}))
 """
 
 
@@ -127,22 +126,22 @@ def test_by_default_it_is_under_the_users_cache_directory(monkeypatch, tmp_path)
     monkeypatch.delenv("TORCH_CUDNN_ALGO_DB", raising=False)
     monkeypatch.delenv("TORCH_CUDNN_ALGO_COMPILE_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert _db.tuning_db_dir() == str(tmp_path / "xdg" / "torch_cudnn_algo" / "db")
+    assert torch_cudnn_algo.db.directory() == str(tmp_path / "xdg" / "torch_cudnn_algo" / "db")
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert _db.tuning_db_dir() == str(tmp_path / "home" / ".cache" / "torch_cudnn_algo" / "db")
+    assert torch_cudnn_algo.db.directory() == str(tmp_path / "home" / ".cache" / "torch_cudnn_algo" / "db")
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # not a path the XDG spec allows: ignored
-    assert _db.tuning_db_dir() == str(tmp_path / "home" / ".cache" / "torch_cudnn_algo" / "db")
+    assert torch_cudnn_algo.db.directory() == str(tmp_path / "home" / ".cache" / "torch_cudnn_algo" / "db")
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", "")
-    assert _db.tuning_db_dir() is None  # nowhere to keep it: off
+    assert torch_cudnn_algo.db.directory() is None  # nowhere to keep it: off
 
 
 def test_the_size_bound_is_a_setting(monkeypatch):
     monkeypatch.setenv("TORCH_CUDNN_ALGO_DB_MAX_MB", "3")
-    assert _db.tuning_db_max_bytes() == 3 << 20
+    assert torch_cudnn_algo.db.max_bytes() == 3 << 20
     monkeypatch.delenv("TORCH_CUDNN_ALGO_DB_MAX_MB")
-    assert _db.tuning_db_max_bytes() == 1024 << 20
+    assert torch_cudnn_algo.db.max_bytes() == 1024 << 20
 
 
 # -- entries ------------------------------------------------------------------------------------
@@ -154,7 +153,7 @@ def test_an_entry_reads_back_as_written_and_lists_with_its_configuration(db):
     assert json.loads(text)["engine"] == "eng5" and blob == b"\x00\x01plan bytes"
     assert _ops.tuning_db_load("decision", "key one") is None  # kinds do not mix
     assert _ops.tuning_db_load("execution_plan", "key three") is None
-    entries = {entry.kind: entry for entry in _db.tuning_db_entries()}
+    entries = {entry.kind: entry for entry in torch_cudnn_algo.db.entries()}
     assert set(entries) == {"decision", "execution_plan"}
     plan = entries["execution_plan"]
     assert str(plan.configuration) == "conv2d 8x64x1x56 -> 64x1x3 s1 p0x1 g64 fp16 contiguous fwd"
@@ -166,7 +165,7 @@ def test_a_later_save_under_the_same_key_replaces_the_entry(db):
     save("k", b"first")
     save("k", b"second, longer")
     assert _ops.tuning_db_load("execution_plan", "k")[1] == b"second, longer"
-    assert len(_db.tuning_db_entries()) == 1
+    assert len(torch_cudnn_algo.db.entries()) == 1
 
 
 @pytest.mark.parametrize("damage", ["truncated", "blob flipped", "header flipped", "empty", "foreign"])
@@ -185,10 +184,10 @@ def test_an_entry_that_is_not_whole_is_never_used(db, damage):
     else:
         data = bytearray(b"not ours at all, but with our suffix")
     path.write_bytes(bytes(data))
-    rejected = _db.tuning_db_counts()["rejected"]
+    rejected = torch_cudnn_algo.db.counts()["rejected"]
     assert _ops.tuning_db_load("execution_plan", "k") is None
-    assert _db.tuning_db_counts()["rejected"] == rejected + 1
-    assert _db.tuning_db_entries() == []
+    assert torch_cudnn_algo.db.counts()["rejected"] == rejected + 1
+    assert torch_cudnn_algo.db.entries() == []
     assert save("k", b"y")  # rebuilt: the next save replaces it
     assert _ops.tuning_db_load("execution_plan", "k")[1] == b"y"
 
@@ -200,7 +199,7 @@ def test_another_keys_whole_file_under_this_keys_name_is_not_this_entry(db):
     second = next(p for p in db.iterdir() if p != first)
     second.write_bytes(first.read_bytes())  # k1's entry under k2's name: as a hash collision would look
     assert _ops.tuning_db_load("execution_plan", "k2") is None
-    assert [entry.path for entry in _db.tuning_db_entries()] == [str(first)]
+    assert [entry.path for entry in torch_cudnn_algo.db.entries()] == [str(first)]
 
 
 def test_bad_arguments_say_what_is_valid_and_write_nothing(db):
@@ -220,7 +219,7 @@ def test_clear_removes_entries_and_leftovers_but_nothing_else(db):
     save("b", b"2", kind="decision")
     (db / "0123456789abcdef.plan.aside.99.0").write_bytes(b"half")
     (db / "README.txt").write_text("a note of the team's")
-    assert _db.clear_tuning_db() == 2
+    assert torch_cudnn_algo.db.clear() == 2
     assert sorted(p.name for p in db.iterdir()) == ["README.txt"]
 
 
@@ -229,9 +228,9 @@ def test_remove_touches_only_entry_files_of_the_database(db, tmp_path):
     save("b", b"2")
     outside = tmp_path / "elsewhere.plan"
     outside.write_bytes(b"keep")
-    first, second = _db.tuning_db_entries()
+    first, second = torch_cudnn_algo.db.entries()
     assert _ops.tuning_db_remove([first.path, str(outside), str(db / "README.txt")]) == 1
-    assert outside.exists() and [entry.path for entry in _db.tuning_db_entries()] == [second.path]
+    assert outside.exists() and [entry.path for entry in torch_cudnn_algo.db.entries()] == [second.path]
 
 
 # -- the size bound ---------------------------------------------------------------------------------
@@ -246,14 +245,14 @@ def test_least_recently_used_entries_go_first_beyond_the_bound(db, monkeypatch):
     for index in range(4):  # written an hour apart, k0 first
         os.utime(files[f"k{index}"], (now - 3600 * (10 - index),) * 2)
     assert _ops.tuning_db_load("execution_plan", "k0") is not None  # used now: k1 is the least recent
-    evicted = _db.tuning_db_counts()["evicted"]
+    evicted = torch_cudnn_algo.db.counts()["evicted"]
     for index in range(4, 7):
         assert save(f"k{index}", blob)
-    entries = _db.tuning_db_entries()
+    entries = torch_cudnn_algo.db.entries()
     kept = sorted(_key_of(Path(entry.path)) for entry in entries)
     assert sum(entry.bytes for entry in entries) <= 1 << 20
     assert kept == ["k0", "k3", "k4", "k5", "k6"], kept
-    assert _db.tuning_db_counts()["evicted"] == evicted + 2
+    assert torch_cudnn_algo.db.counts()["evicted"] == evicted + 2
 
 
 def _key_of(path: Path) -> str:
@@ -271,7 +270,7 @@ def test_a_stale_half_written_file_is_removed_and_never_listed(db, monkeypatch):
     stale.write_bytes(b"a killed writer's")
     fresh.write_bytes(b"a write in progress")
     os.utime(stale, (time.time() - 2 * 3600,) * 2)
-    assert [_key_of(Path(entry.path)) for entry in _db.tuning_db_entries()] == ["k"]
+    assert [_key_of(Path(entry.path)) for entry in torch_cudnn_algo.db.entries()] == ["k"]
     save("big", b"b" * (200 << 10))  # a save that checks the bound
     assert not stale.exists() and fresh.exists()
 
@@ -298,7 +297,7 @@ def whole(header: str, blob: bytes) -> bool:
 
 
 def test_many_processes_writing_and_reading_at_once_never_see_half_an_entry(db):
-    rejected = _db.tuning_db_counts()["rejected"]
+    rejected = torch_cudnn_algo.db.counts()["rejected"]
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, f"w{n}", "60"], env=os.environ.copy(),
                                 stdout=subprocess.PIPE, text=True) for n in range(4)]
     seen = 0
@@ -309,8 +308,8 @@ def test_many_processes_writing_and_reading_at_once_never_see_half_an_entry(db):
                 assert whole(*loaded)
                 seen += 1
     assert all(w.wait() == 0 and "done" in w.stdout.read() for w in writers)
-    assert seen > 0 and _db.tuning_db_counts()["rejected"] == rejected
-    entries = _db.tuning_db_entries()
+    assert seen > 0 and torch_cudnn_algo.db.counts()["rejected"] == rejected
+    entries = torch_cudnn_algo.db.entries()
     assert sorted(_key_of(Path(e.path)) for e in entries) == ["own-w0", "own-w1", "own-w2", "own-w3",
                                                               "shared-1", "shared-2"]
     for key in ("shared-1", "shared-2", "own-w2"):
@@ -334,7 +333,7 @@ def test_a_writer_killed_mid_write_leaves_only_whole_entries(db):
     writer.wait()
     loaded = _ops.tuning_db_load("execution_plan", "big")
     assert loaded is not None and whole(*loaded)
-    assert [_key_of(Path(e.path)) for e in _db.tuning_db_entries()] == ["big"]
+    assert [_key_of(Path(e.path)) for e in torch_cudnn_algo.db.entries()] == ["big"]
 
 
 # -- a disk it cannot write -------------------------------------------------------------------------
@@ -377,7 +376,7 @@ def test_db_command_lists_and_clears(db, capsys):
     assert "1 entries" in capsys.readouterr().out
     assert cli.main(["db", "clear"]) == 0
     assert f"removed 3 entries from {db}" in capsys.readouterr().out
-    assert _db.tuning_db_entries() == []
+    assert torch_cudnn_algo.db.entries() == []
 
 
 def test_db_command_when_the_database_is_off(monkeypatch, capsys):
@@ -467,7 +466,7 @@ def test_merging_adds_what_is_missing_and_the_faster_pick_wins_a_conflict(monkey
     decision("untimed, newer there", "eng8", 0.01, "2026-11-21T00:00:00Z", "a")
     assert save("a plan there", b"ours")
 
-    report = _db.merge_tuning_db(there)
+    report = torch_cudnn_algo.db.merge(there)
     assert (report.added, report.replaced, report.kept) == (1, 2, 3), report
     picks = {key: json.loads(_ops.tuning_db_load("decision", key)[0])["pick"]
              for key in ("only there", "same pick", "faster there", "slower there", "untimed, newer there")}
@@ -483,12 +482,12 @@ def test_merging_refuses_itself_a_missing_directory_and_a_database_that_is_off(m
     monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path / "here"))
     save("k", b"x")
     with pytest.raises(ValueError, match="is this process's tuning database itself"):
-        _db.merge_tuning_db(tmp_path / "here")
+        torch_cudnn_algo.db.merge(tmp_path / "here")
     with pytest.raises(ValueError, match="is not a directory"):
-        _db.merge_tuning_db(tmp_path / "nowhere")
+        torch_cudnn_algo.db.merge(tmp_path / "nowhere")
     monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", "0")
     with pytest.raises(ValueError, match="the tuning database is off"):
-        _db.merge_tuning_db(tmp_path)
+        torch_cudnn_algo.db.merge(tmp_path)
 
 
 def test_exporting_makes_a_plan_of_one_gpus_decisions_with_their_execution_plans(db, tmp_path):
@@ -498,8 +497,8 @@ def test_exporting_makes_a_plan_of_one_gpus_decisions_with_their_execution_plans
     decision("b", None, 0.05, "2026-11-20T00:00:00Z", "a", configuration=other)
     decision("c", "eng11", 0.01, "2026-11-20T00:00:00Z", "a", gpu="NVIDIA H200")
     with pytest.raises(ValueError, match="several GPU models"):
-        _db.export_plan()
-    plan = _db.export_plan(H100)
+        torch_cudnn_algo.db.export_plan()
+    plan = torch_cudnn_algo.db.export_plan(H100)
     assert plan.gpu == H100 and plan.cudnn == 91900 and plan.policy == "fastest" and len(plan) == 2
     first = plan["conv2d 8x64x1x56 -> 64x1x3 s1 p0x1 g64 fp16 contiguous fwd"]
     assert first.choice == "eng10" and first.time_ms == 0.02 and first.stock_ms == 0.05 and first.workspace == 1024
@@ -507,10 +506,10 @@ def test_exporting_makes_a_plan_of_one_gpus_decisions_with_their_execution_plans
     assert stock.choice is None
     # Saved and read back as any plan file; the execution plan travels with its pick.
     torch_cudnn_algo.Plan.from_json(plan.to_json())
-    (h200,) = _db.export_plan("NVIDIA H200").entries.values()
+    (h200,) = torch_cudnn_algo.db.export_plan("NVIDIA H200").entries.values()
     assert h200.choice == "eng11"
-    _ops.tuning_db_remove([e.path for e in _db.tuning_db_entries() if e.key in ("a, other rules", "c")])
-    (only,) = [e for e in _db.export_plan().entries.values() if e.choice is not None]
+    _ops.tuning_db_remove([e.path for e in torch_cudnn_algo.db.entries() if e.key in ("a, other rules", "c")])
+    (only,) = [e for e in torch_cudnn_algo.db.export_plan().entries.values() if e.choice is not None]
     assert only.choice == "eng9_k2=1" and only.execution_plan.data == b"serialized plan"
     assert only.execution_plan.cudnn_frontend == 13200
 

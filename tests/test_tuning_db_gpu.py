@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import torch_cudnn_algo
-from torch_cudnn_algo import _ops
+from torch_cudnn_algo import _ops, diagnostics
 
 pytestmark = pytest.mark.gpu
 
@@ -38,8 +38,8 @@ CHILD = textwrap.dedent("""
     with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
         y = torch.nn.functional.conv2d(x, w, padding=2, groups=96)
     torch.cuda.synchronize()
-    print(json.dumps({"kept": _ops.kept_decision_counts(), "log": len(torch_cudnn_algo.tuning_log()),
-                      "plans": torch_cudnn_algo.execution_plan_counts(),
+    print(json.dumps({"kept": _ops.kept_decision_counts(), "log": len(torch_cudnn_algo.diagnostics.tuning_log()),
+                      "plans": torch_cudnn_algo.diagnostics.execution_plan_counts(),
                       "bits": hashlib.sha256(y.cpu().numpy().tobytes()).hexdigest()}), flush=True)
 """)
 
@@ -76,16 +76,16 @@ def test_tune_takes_kept_decisions_unless_asked_to_retune():
     conv = torch.nn.Conv2d(48, 48, 3, padding=1, groups=2).cuda().half().to(memory_format=torch.channels_last)
     x = torch.randn(16, 48, 28, 28, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
     first = torch_cudnn_algo.tune(conv, x, progress=False)
-    tuned = len(torch_cudnn_algo.tuning_log())
+    tuned = len(diagnostics.tuning_log())
     assert tuned == len(first) >= 2
     torch_cudnn_algo.clear_cache()
     second = torch_cudnn_algo.tune(conv, x, progress=False)
-    assert torch_cudnn_algo.tuning_log() == [] and _ops.kept_decision_counts()["kept"] >= tuned
+    assert diagnostics.tuning_log() == [] and _ops.kept_decision_counts()["kept"] >= tuned
     assert {str(c): e.choice for c, e in second.entries.items()} == {str(c): e.choice for c, e in first.entries.items()}
     assert all(e.execution_plan is not None for e in second.entries.values() if isinstance(e.choice, str))
     torch_cudnn_algo.clear_cache()
     torch_cudnn_algo.tune(conv, x, progress=False, retune=True)
-    assert len(torch_cudnn_algo.tuning_log()) == tuned
+    assert len(diagnostics.tuning_log()) == tuned
 
 
 def test_a_decision_made_under_other_settings_is_not_taken():
@@ -93,16 +93,16 @@ def test_a_decision_made_under_other_settings_is_not_taken():
     w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16)
     with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
         torch.nn.functional.conv2d(x, w, padding=1)
-    assert len(torch_cudnn_algo.tuning_log()) == 1
+    assert len(diagnostics.tuning_log()) == 1
     torch_cudnn_algo.clear_cache()
     with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest",
                                                                           conv_workspace_limit=0):
         torch.nn.functional.conv2d(x, w, padding=1)
-    assert len(torch_cudnn_algo.tuning_log()) == 1  # tuned again: the limit is part of the decision
+    assert len(diagnostics.tuning_log()) == 1  # tuned again: the limit is part of the decision
     torch_cudnn_algo.clear_cache()
     with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
         torch.nn.functional.conv2d(x, w, padding=1)
-    assert torch_cudnn_algo.tuning_log() == []  # the first decision, kept
+    assert diagnostics.tuning_log() == []  # the first decision, kept
 
 
 def test_a_corrupt_decision_is_tuned_again(tmp_path, monkeypatch):
@@ -114,16 +114,16 @@ def test_a_corrupt_decision_is_tuned_again(tmp_path, monkeypatch):
         torch_cudnn_algo.clear_cache()
         with torch.backends.cudnn.flags(enabled=True), torch_cudnn_algo.flags(conv_fwd_algo="fastest"):
             torch.nn.functional.conv2d(x, w, padding=1)
-        return len(torch_cudnn_algo.tuning_log())
+        return len(diagnostics.tuning_log())
 
     assert decide() == 1
     (decision,) = tmp_path.glob("*.decision")
     data = bytearray(decision.read_bytes())
     data[-1] ^= 0xFF
     decision.write_bytes(bytes(data))
-    rejected = torch_cudnn_algo.tuning_db_counts()["rejected"]
+    rejected = torch_cudnn_algo.db.counts()["rejected"]
     assert decide() == 1
-    assert torch_cudnn_algo.tuning_db_counts()["rejected"] > rejected
+    assert torch_cudnn_algo.db.counts()["rejected"] > rejected
     assert decide() == 0  # the new decision replaced the corrupt one
 
 
@@ -142,8 +142,8 @@ BORROW_CHILD = textwrap.dedent("""
             y = torch.nn.functional.conv1d(x, w, padding=1)
         expected = torch.nn.functional.conv1d(x.double(), w.double(), padding=1)
         errors[length] = float((y.double() - expected).norm() / expected.norm())
-    print(json.dumps({"kept": _ops.kept_decision_counts(), "log": torch_cudnn_algo.tuning_log(),
-                      "plans": torch_cudnn_algo.execution_plan_counts(), "errors": errors}), flush=True)
+    print(json.dumps({"kept": _ops.kept_decision_counts(), "log": torch_cudnn_algo.diagnostics.tuning_log(),
+                      "plans": torch_cudnn_algo.diagnostics.execution_plan_counts(), "errors": errors}), flush=True)
 """)
 
 
@@ -166,7 +166,7 @@ def test_a_nearby_size_borrows_the_tuned_decision_and_a_later_process_loads_it(t
     assert sorted(length_of(entry) for entry in first["log"]) == [8000, 16000]
     tolerance = torch_cudnn_algo._ops.tuner_tolerance("float16", False)
     assert all(error < tolerance for error in first["errors"].values()), first["errors"]
-    decisions = [e for e in torch_cudnn_algo.tuning_db_entries() if e.kind == "decision"]
+    decisions = [e for e in torch_cudnn_algo.db.entries() if e.kind == "decision"]
     borrowed = {e.configuration.input[-1]: e for e in decisions if e.borrowed}
     assert sorted(borrowed) == [9000, 15000]
     (anchor,) = [entry for entry in first["log"] if length_of(entry) == 8000]
@@ -184,9 +184,9 @@ def test_tune_tunes_over_a_borrowed_decision(tmp_path, monkeypatch):
     x = torch.randn(4, 64, 9000, device="cuda", dtype=torch.float16)
     conv = torch.nn.Conv1d(64, 64, 3, padding=1, bias=False).cuda().half()
     torch_cudnn_algo.tune(conv, x, progress=False)
-    tuned_fwd = [e for e in torch_cudnn_algo.tuning_log() if e["direction"] == "fwd" and length_of(e) == 9000]
-    assert len(tuned_fwd) == 1, torch_cudnn_algo.tuning_log()
-    (entry,) = [e for e in torch_cudnn_algo.tuning_db_entries()
+    tuned_fwd = [e for e in diagnostics.tuning_log() if e["direction"] == "fwd" and length_of(e) == 9000]
+    assert len(tuned_fwd) == 1, diagnostics.tuning_log()
+    (entry,) = [e for e in torch_cudnn_algo.db.entries()
                 if e.kind == "decision" and e.configuration.direction == "fwd" and e.configuration.input[-1] == 9000]
     assert not entry.borrowed
 
@@ -214,7 +214,7 @@ STRESS_CHILD = textwrap.dedent("""
             torch.nn.functional.conv2d(x, w, padding=1)
     torch.cuda.synchronize()
     print(json.dumps({"kept": _ops.kept_decision_counts(),
-                      "tuned": [entry["conv"] for entry in torch_cudnn_algo.tuning_log()]}), flush=True)
+                      "tuned": [entry["conv"] for entry in torch_cudnn_algo.diagnostics.tuning_log()]}), flush=True)
 """)
 
 
@@ -238,7 +238,7 @@ def test_eight_processes_and_a_killed_one_tune_each_configuration_once_into_one_
     assert len(tuned) == len(set(tuned)), tuned  # no configuration tuned twice by the survivors
     assert all(sum(result["kept"][k] for k in ("kept", "tuned")) == 6 for result in results), results
     # Whatever the killed process left: every entry loads whole, or is not there.
-    decisions = [entry for entry in torch_cudnn_algo.tuning_db_entries() if entry.kind == "decision"]
+    decisions = [entry for entry in torch_cudnn_algo.db.entries() if entry.kind == "decision"]
     assert len(decisions) == 6 and not any(entry.borrowed for entry in decisions)
     (late,) = run_children_with(STRESS_CHILD, env, "0")
     assert late["kept"]["kept"] == 6 and late["tuned"] == [], late

@@ -612,8 +612,9 @@ def flag_value(item: Prepared, case: DtypeCase, setting: Setting, outcome: Outco
         return setting.value, ()
     problem = item.problem
     if problem.key not in outcome.first_configs:
-        configs = torch_cudnn_algo.engine_configs(setting.direction, problem.input, problem.weight, **problem.kwargs,
-                                                  allow_tf32=case.allow_tf32, deterministic=False)
+        configs = torch_cudnn_algo.diagnostics.engine_configs(setting.direction, problem.input, problem.weight,
+                                                              **problem.kwargs, allow_tf32=case.allow_tf32,
+                                                              deterministic=False)
         usable = [c for c in configs if c.refusal is None and c.workspace is not None]
         outcome.first_configs[problem.key] = (
             (usable[0].name, usable[0].numerical_notes) if usable
@@ -638,12 +639,12 @@ def run_sample(item: Prepared, case: DtypeCase, setting: Setting, outcome: Outco
     # The setting's flag is already set around the loop, except per-sample engine names.
     pin = torch_cudnn_algo.flags(**{FLAG[direction]: value}) if setting.value == FIRST else contextlib.nullcontext()
     try:
-        before = torch_cudnn_algo.pinned_run_counts()[direction]
+        before = torch_cudnn_algo.diagnostics.pinned_run_counts()[direction]
         with pin:
             out, grads = evaluate(item.forward, item.leaves, item.grad_out)
         if out.is_cuda:
             torch.cuda.synchronize()
-        ran = torch_cudnn_algo.pinned_run_counts()[direction] - before
+        ran = torch_cudnn_algo.diagnostics.pinned_run_counts()[direction] - before
     except RuntimeError as exc:
         if UNSUPPORTED in str(exc):
             outcome.unsupported[first_reason(exc).split(UNSUPPORTED)[-1].lstrip(": ")] += 1

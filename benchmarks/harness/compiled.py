@@ -190,9 +190,9 @@ def child_measure(network: str, child: str, plan_path: Path, repeats: int, repla
             choice = label.rsplit(" ", 1)[1]
             models[label] = compiled
             variants[label] = lambda choice=choice: choice_in_force(choice, plan)
-    before = torch_cudnn_algo.plan_entry_run_counts()
+    before = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
     result.update(time_variants(trainer, variants, models, repeats, replays))
-    after = torch_cudnn_algo.plan_entry_run_counts()
+    after = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
     result["plan_entry_runs"] = sum(after.values()) - sum(before.values())  # the plan steered the calls
     return result
 

@@ -13,7 +13,7 @@ each mode, then measures:
   thousands of replays while each replay does a training step's work;
 - GPU ms per step: each graph replayed ``--replays`` times between CUDA events, ``--repeats``
   times in rotated order, stock twice (its A/A);
-- J per step: ``torch_cudnn_algo.measure_energy`` over the graph replays (no host time in them):
+- J per step: ``torch_cudnn_algo.energy.measure`` over the graph replays (no host time in them):
   a warm-up to a steady temperature, ``--rounds`` rounds of ``--window-s`` windows aligned to NVML's
   energy counter, the modes in rotated order, stock measured twice (the A/A control), and NVML's
   power readings integrated over the same windows as the second source;
@@ -63,7 +63,7 @@ def _plans(trainer, settings: argparse.Namespace) -> tuple[dict, dict]:
     for policy, options in (("fastest", {"retune": True}),
                             ("lowest_energy", {"time_guard": settings.time_guard,
                                                "energy_budget_s": settings.tune_energy_budget_s,
-                                               "energy_settings": torch_cudnn_algo.EnergySettings(
+                                               "energy_settings": torch_cudnn_algo.energy.EnergySettings(
                                                    window_s=settings.tune_window_s, rounds=3)})):
         torch.cuda.synchronize()
         started = time.perf_counter()
@@ -125,7 +125,7 @@ def child(network: str, settings: argparse.Namespace) -> dict:
     set_progress_label(f"energy {network}")
     if not torch_cudnn_algo.is_available():
         raise RuntimeError(f"the torch_cudnn_algo extension is not loaded: {torch_cudnn_algo.load_error()}")
-    why = torch_cudnn_algo.energy_unavailable()
+    why = torch_cudnn_algo.energy.unavailable()
     if why is not None:
         raise RuntimeError(f"GPU energy cannot be measured here: {why}")
     trainer, workload = build_trainer(network, DEVICE)
@@ -143,9 +143,9 @@ def child(network: str, settings: argparse.Namespace) -> dict:
         raise RuntimeError(errors.get("stock", "stock's step could not be captured"))
     gpu = _gpu_ms(graphs, settings.repeats, settings.replays)
     progress("GPU ms per step: " + ", ".join(f"{label} {num(min(values), 3)}" for label, values in gpu.items()))
-    energy = torch_cudnn_algo.EnergySettings(window_s=settings.window_s, rounds=settings.rounds,
-                                             warmup=torch_cudnn_algo.WarmupRule(max_s=settings.warmup_max_s))
-    report = torch_cudnn_algo.measure_energy({mode: graph.replay for mode, graph in graphs.items()},
+    warmup = torch_cudnn_algo.energy.WarmupRule(max_s=settings.warmup_max_s)
+    energy = torch_cudnn_algo.energy.EnergySettings(window_s=settings.window_s, rounds=settings.rounds, warmup=warmup)
+    report = torch_cudnn_algo.energy.measure({mode: graph.replay for mode, graph in graphs.items()},
                                              reference="stock", settings=energy, progress=progress)
     progress(f"energy: {report.summary()}")
     return {"workload": workload, "tuning": tuning, "capture_errors": errors, "gpu_ms": gpu,

@@ -17,9 +17,9 @@ def decision_counts() -> dict[str, object]:
     import torch_cudnn_algo
     from torch_cudnn_algo import _ops
 
-    return {"tuned": len(torch_cudnn_algo.tuning_log()), "kept": _ops.kept_decision_counts(),
-            "execution_plans": torch_cudnn_algo.execution_plan_counts(),
-            "tuning_db_entries": len(torch_cudnn_algo.tuning_db_entries())}
+    return {"tuned": len(torch_cudnn_algo.diagnostics.tuning_log()), "kept": _ops.kept_decision_counts(),
+            "execution_plans": torch_cudnn_algo.diagnostics.execution_plan_counts(),
+            "tuning_db_entries": len(torch_cudnn_algo.db.entries())}
 
 
 def energy_decisions() -> list[dict[str, object]]:

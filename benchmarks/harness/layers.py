@@ -136,7 +136,7 @@ def stock_config_name(direction: str, x: object, w: object, stride: int, padding
     """The configuration stock runs with benchmark=False: the first usable one of heuristics mode A."""
     import torch_cudnn_algo
 
-    configs = torch_cudnn_algo.engine_configs(direction, x, w, stride=stride, padding=padding)
+    configs = torch_cudnn_algo.diagnostics.engine_configs(direction, x, w, stride=stride, padding=padding)
     return next((c.name for c in configs if c.source == "heuristics_a" and c.refusal is None), None)
 
 
@@ -151,7 +151,7 @@ def tuned_pick(direction: str, run: Callable[[], object], knob_search: bool) -> 
     with torch_cudnn_algo.flags(**{flag: "fastest", "conv_knob_search": knob_search}):
         run()
         torch.cuda.synchronize()
-        log = torch_cudnn_algo.tuning_log()  # read before the flags change back
+        log = torch_cudnn_algo.diagnostics.tuning_log()  # read before the flags change back
     entries = [entry for entry in log if entry["direction"] == direction]
     if not entries:
         raise RuntimeError(f'"fastest" logged no tuning for {direction}')

@@ -60,7 +60,7 @@ def applied(mode: str, plan: torch_cudnn_algo.Plan | None) -> Iterator[None]:
 def pinned_runs_since(before: dict[str, int]) -> dict[str, int]:
     """How many calls per direction ran a pinned choice of ours since ``before`` (an earlier
     ``pinned_run_counts()``): tells "ours ran" from "stock ran" (refused or never met)."""
-    after = torch_cudnn_algo.pinned_run_counts()
+    after = torch_cudnn_algo.diagnostics.pinned_run_counts()
     return {direction: after[direction] - before[direction] for direction in after}
 
 
@@ -69,7 +69,7 @@ def warm_up_modes(trainer: Trainer, plan: torch_cudnn_algo.Plan) -> dict:
     and every mode's execution plans are built."""
     results = {}
     for mode in EAGER_MODES:
-        tuned_before = len(torch_cudnn_algo.tuning_log())
+        tuned_before = len(torch_cudnn_algo.diagnostics.tuning_log())
         if mode == "fastest":
             # "fastest" tunes its first step, as a first run on a machine would: not from the
             # decisions tune() just kept in the tuning database.
@@ -79,11 +79,11 @@ def warm_up_modes(trainer: Trainer, plan: torch_cudnn_algo.Plan) -> dict:
             for _ in range(MODE_WARMUP_STEPS - 1):
                 trainer.step()
             torch.cuda.synchronize()
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = torch_cudnn_algo.diagnostics.pinned_run_counts()
             trainer.step()
             torch.cuda.synchronize()
             runs = pinned_runs_since(before)
-        log = torch_cudnn_algo.tuning_log()[tuned_before:]
+        log = torch_cudnn_algo.diagnostics.tuning_log()[tuned_before:]
         results[mode] = {"warmup_s": time.perf_counter() - started, "pinned_runs_per_step": runs,
                          "configs_tuned": len(log),
                          "tuning_s": sum(float(entry.get("seconds") or 0.0) for entry in log) if log else None}
@@ -95,7 +95,7 @@ def warm_up_modes(trainer: Trainer, plan: torch_cudnn_algo.Plan) -> dict:
 def measure_eager(trainer: Trainer, plan: torch_cudnn_algo.Plan, settings: Settings) -> dict:
     """Wall ms per step, modes in rotated order per round, ``UNTIMED_STEPS_AFTER_SWITCH`` untimed
     steps after each switch (a switch re-registers the overrides and the plan)."""
-    tuned_before = len(torch_cudnn_algo.tuning_log())
+    tuned_before = len(torch_cudnn_algo.diagnostics.tuning_log())
     rounds: dict[str, list[float]] = {mode: [] for mode in EAGER_MODES}
     cpu_rounds: dict[str, list[float]] = {mode: [] for mode in EAGER_MODES}
     orders = []
@@ -117,7 +117,7 @@ def measure_eager(trainer: Trainer, plan: torch_cudnn_algo.Plan, settings: Setti
             "cpu_rounds_ms": cpu_rounds,
             "cpu_median_ms": {mode: median(values) for mode, values in cpu_rounds.items()},
             "cpu_ratio": {mode: ratio_summary(cpu_rounds["stock"], cpu_rounds[mode]) for mode in EAGER_COMPARED},
-            "configs_tuned_in_rounds": len(torch_cudnn_algo.tuning_log()) - tuned_before}
+            "configs_tuned_in_rounds": len(torch_cudnn_algo.diagnostics.tuning_log()) - tuned_before}
 
 
 def measure_host(trainer: Trainer, plan: torch_cudnn_algo.Plan, settings: Settings) -> dict:
@@ -313,11 +313,11 @@ def plan_first_step(network: str, settings: Settings, plan_path: Path, part: str
     trainer, workload = build_trainer(network, DEVICE)
     env = environment()
     warm_up_cuda()
-    before = torch_cudnn_algo.pinned_run_counts()
+    before = torch_cudnn_algo.diagnostics.pinned_run_counts()
     first = step_seconds(trainer)
     runs = pinned_runs_since(before)
-    counts = torch_cudnn_algo.plan_entry_run_counts()
-    builds = torch_cudnn_algo.execution_plan_counts()
+    counts = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
+    builds = torch_cudnn_algo.diagnostics.execution_plan_counts()
     second = step_seconds(trainer)
     progress(f"first step with the plan {first:.2f} s (second {second:.3f} s); plan applied by {applied_by}")
     write_raw(settings, network, part, {
@@ -352,7 +352,7 @@ def child_benchmark(network: str, settings: Settings, plan_path: Path) -> dict:
         with torch_cudnn_algo.use_plan(plan):
             trainer.step()  # the plan's configurations built (or rebuilt) before any timing
             torch.cuda.synchronize()
-            before = torch_cudnn_algo.pinned_run_counts()
+            before = torch_cudnn_algo.diagnostics.pinned_run_counts()
             trainer.step()
             torch.cuda.synchronize()
             plan_runs = pinned_runs_since(before)

@@ -22,11 +22,11 @@ CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
                 torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 
 def _zoo_energy():
-    import torch_cudnn_algo
+    from torch_cudnn_algo import energy
 
     # The zoo's GPU section: a short energy check beside the times (1 s windows, 3 rounds, a
     # warm-up of at most 20 s); benchmarks/energy.py measures energy in full.
-    return torch_cudnn_algo.EnergySettings(window_s=1.0, rounds=3, warmup=torch_cudnn_algo.WarmupRule(max_s=20.0))
+    return energy.EnergySettings(window_s=1.0, rounds=3, warmup=energy.WarmupRule(max_s=20.0))
 
 
 
@@ -37,18 +37,11 @@ def capture_step(warm_up_step: Callable[[], None], body: Callable[[], None],
     ``warm_up_step`` on a side stream (lazy state such as momentum buffers is created outside
     capture), then ``zero_grad`` (gradients set to None, so the captured backward allocates them
     from the graph's pool) and ``body`` captured."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup_steps):
-            warm_up_step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
+    from torch_cudnn_algo import _graph_capture
+
+    _graph_capture.warm_up(warm_up_step, warmup_steps)
     zero_grad()
-    with torch.cuda.graph(graph, pool=pool):
-        body()
-    torch.cuda.synchronize()
-    return graph
+    return _graph_capture.capture(body, pool)
 
 
 def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> float:
@@ -199,14 +192,14 @@ def events_ms(trainer: Trainer, steps: int) -> float:
 
 def energy_j_per_step(graphs: dict[str, torch.cuda.CUDAGraph], labels: list[str]) -> dict[str, float | None]:
     """Joules per replayed step of each graph, the graphs alternated with an A/A control
-    (``torch_cudnn_algo.measure_energy``, ``_zoo_energy()``); None for a label without a graph, or
+    (``torch_cudnn_algo.energy.measure``, ``_zoo_energy()``); None for a label without a graph, or
     every label where energy cannot be measured. benchmarks/energy.py measures energy in full."""
     import torch_cudnn_algo
 
     if not graphs:
         return dict.fromkeys(labels)
     try:
-        report = torch_cudnn_algo.measure_energy({label: graph.replay for label, graph in graphs.items()},
+        report = torch_cudnn_algo.energy.measure({label: graph.replay for label, graph in graphs.items()},
                                                  settings=_zoo_energy())
     except Exception as exc:  # noqa: BLE001 - energy is detail; the times stand without it
         progress(f"energy not measured: {error_text(exc)}")

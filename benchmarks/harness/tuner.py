@@ -136,7 +136,7 @@ def measure(args: argparse.Namespace) -> None:
             record["tuning_s"] = round(seconds(tune), 3)
             if args.mode == "tune_first":
                 record["first_step_after_s"] = round(seconds(trainer.step), 3)  # stock's, after tune()
-        log = torch_cudnn_algo.tuning_log()
+        log = torch_cudnn_algo.diagnostics.tuning_log()
         record.update(configurations=len(log), **summarize(log))
         print(json.dumps(record), flush=True)
         if args.jsonl:

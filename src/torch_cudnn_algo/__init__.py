@@ -7,6 +7,13 @@ so an unchanged training script only needs::
 
 Every cuDNN forward convolution then runs cuDNN's legacy algorithm 1; ``None``
 restores stock PyTorch, with no override left registered.
+
+Here is what a training script uses: the flags (:data:`flags`), convolutions
+(:class:`ConvSpec`), profiling (:func:`profile`, :func:`list_algorithms`), tuning and
+plans (:func:`tune`, :func:`use_plan`, :func:`load_plan`, :class:`Plan`). Three
+namespaces hold the rest: :mod:`torch_cudnn_algo.db` (the tuning database),
+:mod:`torch_cudnn_algo.energy` (GPU energy) and :mod:`torch_cudnn_algo.diagnostics`
+(counters and what cuDNN offers).
 """
 
 from __future__ import annotations
@@ -14,86 +21,53 @@ from __future__ import annotations
 import logging
 import os
 
-from . import _db, _extension, _flags, _plan, _profile, _warn
+from . import _db, _extension, _flags, _plan, _profile, _warn, db, diagnostics, energy
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
-from ._db import (MergeReport, TuningDbEntry, clear_tuning_db, export_plan, merge_tuning_db,
-                  remove_tuning_db_entries, tuning_db_counts, tuning_db_dir, tuning_db_entries, tuning_db_max_bytes)
-from ._energy import EnergyMode, EnergySettings, EnergyUnavailable, WarmupRule, energy_unavailable, measure_energy
-from ._energy_report import EnergyReport
 from ._flags import flags
-from ._plan import (Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedExecutionPlan, current_plan,
-                    execution_plan_counts, load_plan, plan_entry_run_counts, use_plan)
-from ._plan import SerializedPlan, plan_build_counts, plan_run_counts  # deprecated names, outside __all__
+from ._plan import (Plan, PlanEntry, PlanError, PlanMismatchWarning, SerializedExecutionPlan, current_plan, load_plan,
+                    use_plan)
 from ._profile import Candidate, list_algorithms, profile
-from ._queries import (
-    EngineConfig,
-    active_overrides,
-    clear_cache,
-    cudnn_version,
-    engine_configs,
-    legacy_algorithm_names,
-    legacy_workspace_sizes,
-    pinned_run_counts,
-    tuning_log,
-)
+from ._queries import clear_cache, cudnn_version
 from ._table import TOLERANCES, ProfileRow, ProfileTable, choose_fastest, tolerance_for
 from ._tune import tune
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Candidate",
-    "ConvSpec",
+    # flags and the extension
     "DIRECTIONS",
-    "EnergyMode",
-    "EnergyReport",
-    "EnergySettings",
-    "EnergyUnavailable",
-    "EngineConfig",
-    "MergeReport",
+    "clear_cache",
+    "cudnn_version",
+    "flags",
+    "is_available",
+    "load_error",
+    # convolutions
+    "ConvSpec",
+    "TensorSpec",
+    # profiling
+    "Candidate",
+    "ProfileRow",
+    "ProfileTable",
+    "TOLERANCES",
+    "choose_fastest",
+    "list_algorithms",
+    "profile",
+    "tolerance_for",
+    # tuning and plans
     "Plan",
     "PlanEntry",
     "PlanError",
     "PlanMismatchWarning",
-    "ProfileRow",
-    "ProfileTable",
     "SerializedExecutionPlan",
-    "TOLERANCES",
-    "TensorSpec",
-    "TuningDbEntry",
-    "WarmupRule",
-    "active_overrides",
-    "choose_fastest",
-    "clear_cache",
-    "clear_tuning_db",
-    "cudnn_version",
     "current_plan",
-    "energy_unavailable",
-    "engine_configs",
-    "execution_plan_counts",
-    "export_plan",
-    "flags",
-    "is_available",
-    "legacy_algorithm_names",
-    "legacy_workspace_sizes",
-    "list_algorithms",
-    "load_error",
     "load_plan",
-    "measure_energy",
-    "merge_tuning_db",
-    "pinned_run_counts",
-    "plan_entry_run_counts",
-    "profile",
-    "remove_tuning_db_entries",
-    "tolerance_for",
     "tune",
-    "tuning_db_counts",
-    "tuning_db_dir",
-    "tuning_db_entries",
-    "tuning_db_max_bytes",
-    "tuning_log",
     "use_plan",
+    # namespaces
+    "db",
+    "diagnostics",
+    "energy",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -157,12 +131,14 @@ def _initialize() -> None:
             _flags.warn_environment(_plan.ENV_VAR, os.environ[_plan.ENV_VAR], "the extension is not loaded")
 
 
-# The public classes are named as users reach them (`torch_cudnn_algo.PlanError`, in
-# reprs and tracebacks), not by the private module that defines them.
-for _public in __all__:
-    if isinstance(globals()[_public], type):
-        globals()[_public].__module__ = __name__
-del _public
+# The public classes are named as users reach them (`torch_cudnn_algo.PlanError`,
+# `torch_cudnn_algo.db.TuningDbEntry`, in reprs, tracebacks and pickles), not by the
+# private module that defines them.
+for _home in (globals(), vars(db), vars(diagnostics), vars(energy)):
+    for _public in _home["__all__"]:
+        if isinstance(_home[_public], type):
+            _home[_public].__module__ = _home["__name__"]
+del _home, _public
 
 _initialize()
 _READY = True  # read by the autoload entry point (import-recursion guard)

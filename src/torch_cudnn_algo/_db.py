@@ -34,14 +34,14 @@ class TuningDbEntry:
         return self.kind == "decision" and "borrowed_from" in self.header
 
 
-def tuning_db_dir() -> str | None:
+def directory() -> str | None:
     """The directory of the tuning database, or None when it is off: ``TORCH_CUDNN_ALGO_DB`` (``0`` or
     empty: off; the older ``TORCH_CUDNN_ALGO_COMPILE_CACHE`` is read when it is unset), else
     ``$XDG_CACHE_HOME/torch_cudnn_algo/db``, else ``~/.cache/torch_cudnn_algo/db``."""
     return _ops.tuning_db_dir() or None
 
 
-def tuning_db_max_bytes() -> int:
+def max_bytes() -> int:
     """The database's size bound: ``TORCH_CUDNN_ALGO_DB_MAX_MB`` megabytes (default 1024); least
     recently used entries are evicted beyond it."""
     return _ops.tuning_db_max_bytes()
@@ -52,8 +52,8 @@ def check_environment() -> None:
     (``TORCH_CUDNN_ALGO_DB`` naming a file, ``TORCH_CUDNN_ALGO_DB_MAX_MB=banana``) is told there:
     one warning naming the variable, the value, what is valid and the default in force."""
     try:
-        tuning_db_dir()
-        tuning_db_max_bytes()
+        directory()
+        max_bytes()
     except Exception as exc:  # noqa: BLE001 - import must never fail (warnings as errors, say)
         _warn.warn(f"torch_cudnn_algo: could not read the tuning database's settings ({type(exc).__name__}: {exc})")
 
@@ -68,39 +68,39 @@ def _configuration(header: dict[str, object]) -> ConvSpec | None:
         return None
 
 
-def tuning_db_entries() -> list[TuningDbEntry]:
+def entries() -> list[TuningDbEntry]:
     """Every whole entry of the database (files that are not, torn or corrupt ones, are left out)."""
-    entries = []
+    found = []
     for row in _ops.tuning_db_entries():
         header = row["header"] if isinstance(row["header"], dict) else {}
-        entries.append(TuningDbEntry(
+        found.append(TuningDbEntry(
             kind=row["kind"], configuration=_configuration(header), header=header,
             saved=header.get("saved") if isinstance(header.get("saved"), str) else None,
             host=header.get("host") if isinstance(header.get("host"), str) else None,
             bytes=int(row["bytes"]),
             last_used=datetime.datetime.fromtimestamp(row["modified_ns"] / 1e9, datetime.timezone.utc),
             path=row["path"], key=row["key"]))
-    return entries
+    return found
 
 
-def clear_tuning_db() -> int:
+def clear() -> int:
     """Removes every entry (and anything an interrupted write left); returns how many entries."""
     return _ops.tuning_db_clear()
 
 
-def remove_tuning_db_entries(entries: list[TuningDbEntry]) -> int:
+def remove(entries: list[TuningDbEntry]) -> int:
     """Removes these entries; returns how many were removed."""
     return _ops.tuning_db_remove([entry.path for entry in entries])
 
 
-def tuning_db_counts() -> dict[str, int]:
+def counts() -> dict[str, int]:
     """This process's entries loaded, saved, rejected (torn, corrupt), failed to save, evicted."""
     return _ops.tuning_db_counts()
 
 
 @dataclass(frozen=True)
 class MergeReport:
-    """What :func:`merge_tuning_db` did."""
+    """What :func:`merge` did."""
 
     added: int  # entries this database lacked
     replaced: int  # decisions here that the merged database's beat
@@ -108,7 +108,7 @@ class MergeReport:
     conflicts: list[dict[str, object]]  # per configuration decided differently: both sides, which was kept
 
 
-def merge_tuning_db(from_dir: str | os.PathLike[str]) -> MergeReport:
+def merge(from_dir: str | os.PathLike[str]) -> MergeReport:
     """Merges another tuning database (another machine's, a team's) into this one: entries this one
     lacks are added; where both hold a decision with different picks, the faster pick as each
     measured it wins (the newer where either has no time), and the conflict is reported."""
@@ -122,10 +122,10 @@ def export_plan(gpu: str | None = None) -> Plan:
     decisions share a configuration (made under other determinism, TF32 or workspace settings),
     a tuned one is taken before a borrowed one, then the newest. Raises ValueError when there is
     nothing to export: no decisions (for ``gpu``), or decisions for several GPU models and none named."""
-    decisions = [entry for entry in tuning_db_entries() if entry.kind == "decision"]
+    decisions = [entry for entry in entries() if entry.kind == "decision"]
     models = sorted({str(entry.header.get("gpu")) for entry in decisions})
     if not decisions:
-        raise ValueError(f"the tuning database ({tuning_db_dir()}) holds no decisions, so there is nothing to "
+        raise ValueError(f"the tuning database ({directory()}) holds no decisions, so there is nothing to "
                          "export; \"fastest\" and tune() make them")
     if gpu is None:
         if len(models) > 1:

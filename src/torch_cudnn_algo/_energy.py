@@ -2,7 +2,7 @@
 table's energy columns, the ``"lowest_energy"`` policy, the ``tune`` command's J/step and the
 benchmarks.
 
-:func:`measure_energy` takes several *modes* (callables that each run one call on the GPU:
+:func:`measure` takes several *modes* (callables that each run one call on the GPU:
 a convolution, a training step, a CUDA-graph replay) and:
 
 1. warms the GPU up, running the modes in turn until its temperature stops rising
@@ -18,8 +18,8 @@ a convolution, a training step, a CUDA-graph replay) and:
 4. a background thread samples NVML's power reading all along; each window's readings,
    integrated over the window, are the second source reported beside the counter.
 
-Where NVML or its counter is missing, :func:`measure_energy` raises :class:`EnergyUnavailable`
-saying why; :func:`energy_unavailable` asks without raising (the tune command shows "n/a" and
+Where NVML or its counter is missing, :func:`measure` raises :class:`EnergyUnavailable`
+saying why; :func:`unavailable` asks without raising (the tune command shows "n/a" and
 the reason, never an exception in a training loop). docs/energy.md describes the method and
 the resolution of each source.
 """
@@ -38,8 +38,8 @@ from typing import Protocol
 
 from ._energy_report import EnergyReport, ModeEnergy, WarmupResult, Window, integrate_power, paired_ratios
 
-__all__ = ["EnergyMode", "EnergySettings", "EnergyUnavailable", "WarmupRule", "energy_unavailable",
-           "graph_replay", "measure_energy"]
+__all__ = ["EnergyMode", "EnergySettings", "EnergyUnavailable", "WarmupRule", "graph_replay",
+           "measure", "unavailable"]
 
 AA_SUFFIX = " (A/A)"
 
@@ -77,7 +77,7 @@ PRE_ROLL = WarmupRule(max_s=1.0, steady_s=1.0, rise_c=math.inf)
 
 @dataclass(frozen=True)
 class EnergySettings:
-    """How :func:`measure_energy` measures.
+    """How :func:`measure` measures.
 
     - ``window_s``: the least length of a window (seconds; the counter needs seconds, not tenths);
     - ``rounds``: windows per mode, the modes alternated within each round;
@@ -204,7 +204,7 @@ class CudaTimeline:
         self._torch.cuda.synchronize(self.device)
 
 
-def energy_unavailable(device: int | None = None) -> str | None:
+def unavailable(device: int | None = None) -> str | None:
     """Why GPU energy cannot be measured on ``device`` (default: the current CUDA device), or None
     where it can. Never raises."""
     try:
@@ -399,7 +399,7 @@ def _call_seconds(mode: EnergyMode, timeline: Timeline, clock: Callable[[], floa
     return max((gpu if gpu else clock() - started) / calls, 1e-7)  # per run
 
 
-def measure_energy(
+def measure(
     modes: Mapping[str, Callable[[], object] | EnergyMode],
     *,
     reference: str | None = None,
@@ -427,7 +427,7 @@ def measure_energy(
     if not isinstance(settings, EnergySettings):
         raise ValueError(f"settings must be an EnergySettings, got {settings!r}")
     if not modes:
-        raise ValueError("measure_energy needs at least one mode")
+        raise ValueError("energy.measure needs at least one mode")
     given = {str(label): _as_mode(str(label), mode) for label, mode in modes.items()}
     reference = next(iter(given)) if reference is None else reference
     if reference not in given:
@@ -514,20 +514,18 @@ def graph_replay(run: Callable[[], object], calls: int,
     on its first call: run it before)."""
     import torch
 
+    from . import _graph_capture
+
     if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
         raise ValueError(f"calls must be an integer >= 1, got {calls!r}")
+
+    def body() -> None:
+        for _ in range(calls):
+            run()
+
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup_calls):
-                run()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                run()
-        torch.cuda.synchronize()
+        _graph_capture.warm_up(run, warmup_calls)
+        graph = _graph_capture.capture(body)
     except Exception as exc:  # noqa: BLE001 - the caller measures eagerly instead, and says why
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()

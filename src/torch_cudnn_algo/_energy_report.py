@@ -1,4 +1,4 @@
-"""What an energy measurement found (``_energy.measure_energy``): every window, per mode the
+"""What an energy measurement found (``_energy.measure``): every window, per mode the
 joules per call as median and spread, the ratio to the reference mode round by round, the A/A
 control beside it, and the second source's agreement with the counter. Pure Python: formatted
 and tested without a GPU.
@@ -11,6 +11,8 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from . import _text_table
 
 __all__ = ["EnergyReport", "ModeEnergy", "Spread", "WarmupResult", "Window", "integrate_power"]
 
@@ -240,9 +242,7 @@ class EnergyReport:
                          f"{watts.median:.0f}" if watts else "-",
                          "1 (reference)" if label == self.reference else (ratio.text(3) if ratio else "-"),
                          f"{agree.median:.3f}" if agree else "-"))
-        widths = [max(len(row[i]) for row in rows if len(row) > i) for i in range(len(header))]
-        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-        return "\n".join([*lines, self.summary()])
+        return "\n".join([*_text_table.aligned(rows), self.summary()])
 
     def __str__(self) -> str:
         return self.format()

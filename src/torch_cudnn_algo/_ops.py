@@ -292,7 +292,7 @@ def profile_decision_count() -> int:
 
 
 def tuning_log() -> list[dict[str, object]]:
-    """The "fastest" tuner's decisions, one dict per tuning (see ``torch_cudnn_algo.tuning_log``)."""
+    """The "fastest" tuner's decisions, one dict per tuning (see ``torch_cudnn_algo.diagnostics.tuning_log``)."""
     return [json.loads(entry) for entry in _lib().tuning_log()]
 
 
@@ -431,7 +431,7 @@ def serialized_execution_plan(conv: ConvSpec, deterministic: bool, allow_tf32: b
 
 def execution_plan_counts() -> dict[str, int]:
     """Execution plans built, deserialized, prefetched, failed to deserialize, and the
-    microseconds building and deserializing took (see ``torch_cudnn_algo.execution_plan_counts``)."""
+    microseconds building and deserializing took (see ``torch_cudnn_algo.diagnostics.execution_plan_counts``)."""
     return {str(name): int(value) for name, value in _lib().execution_plan_counts().items()}
 
 

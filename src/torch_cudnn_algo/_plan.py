@@ -41,7 +41,7 @@ from types import TracebackType
 
 import torch
 
-from . import _extension, _flags, _ops
+from . import _extension, _flags, _ops, _text_table
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvLike, ConvSpec
 from ._version_gate import cudnn_version_string
@@ -120,10 +120,6 @@ class SerializedExecutionPlan:
             return (f"made with cuDNN frontend {self.cudnn_frontend}, this build of torch-cudnn-algo "
                     f"has frontend {cudnn_frontend}")
         return None
-
-
-SerializedPlan = SerializedExecutionPlan
-"""Deprecated name of :class:`SerializedExecutionPlan`."""
 
 
 @dataclass(frozen=True)
@@ -327,10 +323,7 @@ class Plan:
             choice = "stock" if entry.choice is None else str(entry.choice)
             rows.append((conv.direction, choice, _num(entry.time_ms), _num(entry.stock_ms),
                          "-" if entry.workspace is None else f"{entry.workspace / 2**20:.1f} MiB", str(conv)))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-        for row in rows:
-            lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
-        return "\n".join(lines)
+        return "\n".join([*lines, *_text_table.aligned(rows, free_last=True)])
 
     def __str__(self) -> str:
         return self.format()
@@ -466,29 +459,6 @@ def execution_plan_counts() -> dict[str, int]:
     builds and deserializations (failed attempts included) took, added up over
     threads."""
     return _ops.execution_plan_counts()
-
-
-_deprecation_warned: set[str] = set()
-
-
-def _warn_deprecated(old: str, new: str) -> None:
-    """One DeprecationWarning per process for the old name ``old``."""
-    if old not in _deprecation_warned:
-        _deprecation_warned.add(old)
-        warnings.warn(f"torch_cudnn_algo.{old}() is deprecated; use torch_cudnn_algo.{new}(), which returns "
-                      "the same", DeprecationWarning, stacklevel=3)
-
-
-def plan_run_counts() -> dict[str, int]:
-    """Deprecated name of :func:`plan_entry_run_counts`."""
-    _warn_deprecated("plan_run_counts", "plan_entry_run_counts")
-    return plan_entry_run_counts()
-
-
-def plan_build_counts() -> dict[str, int]:
-    """Deprecated name of :func:`execution_plan_counts`."""
-    _warn_deprecated("plan_build_counts", "execution_plan_counts")
-    return execution_plan_counts()
 
 
 def apply_environment() -> None:

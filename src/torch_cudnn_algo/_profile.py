@@ -391,7 +391,7 @@ def profile(
     energy_request = _energy_request(energy, energy_within, energy_candidates)
     request, description = _ops.conv_request(conv_spec, deterministic, allow_tf32)
     if energy_request is not None:
-        why = _energy.energy_unavailable(request.device)
+        why = _energy.unavailable(request.device)
         if why is not None:
             raise _energy.EnergyUnavailable(f"torch_cudnn_algo.profile(energy=...): GPU energy cannot be "
                                             f"measured: {why}; profile without energy (energy=False)")

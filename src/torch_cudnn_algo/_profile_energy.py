@@ -1,6 +1,6 @@
 """Energy per call for the profile table: which candidates are measured, each replayed as a CUDA
 graph of enough calls to keep host time out, measured against stock's configuration with
-``_energy.measure_energy`` (alternated, A/A control), and the rows that come back.
+``_energy.measure`` (alternated, A/A control), and the rows that come back.
 
 Measuring energy holds up only with windows of seconds, so it is measured only where asked
 (``profile(energy=...)``) and only for the candidates that could be worth it: those within
@@ -15,7 +15,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ._energy import EnergyMode, EnergySettings, WarmupRule, calls_per_replay, graph_replay, measure_energy
+from . import _energy
+from ._energy import EnergyMode, EnergySettings, WarmupRule, calls_per_replay, graph_replay
 from ._energy_report import EnergyReport
 from ._table import ProfileRow
 
@@ -82,7 +83,7 @@ def measure_rows_energy(
     request: EnergyRequest,
     *,
     replay: Callable[[Callable[[], object], int], tuple[Callable[[], None] | None, str | None]] = graph_replay,
-    measure: Callable[..., EnergyReport] = measure_energy,
+    measure: Callable[..., EnergyReport] = _energy.measure,
 ) -> tuple[list[ProfileRow], dict[str, object]]:
     """``rows`` with the energy of the selected ones filled in, and what the table's
     environment records of the measurement (``energy_measure``). ``run_of(row)`` gives the

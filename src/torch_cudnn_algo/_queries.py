@@ -43,9 +43,9 @@ def pinned_run_counts() -> dict[str, int]:
     algorithm ran" from "PyTorch never sent this convolution to cuDNN" or "the
     choice was refused and the stock path ran"::
 
-        before = torch_cudnn_algo.pinned_run_counts()
+        before = torch_cudnn_algo.diagnostics.pinned_run_counts()
         y = model(x)
-        ran = torch_cudnn_algo.pinned_run_counts()["fwd"] - before["fwd"]
+        ran = torch_cudnn_algo.diagnostics.pinned_run_counts()["fwd"] - before["fwd"]
     """
     return _ops.pinned_run_counts()
 
@@ -144,7 +144,7 @@ def engine_configs(
     """
     spec = as_conv_spec(conv, input, weight, geometry)
     allow_tf32, deterministic = _settings(allow_tf32, deterministic)
-    _ops.require_gpu("engine_configs")
+    _ops.require_gpu("diagnostics.engine_configs")
     return _ops.engine_configs(spec, deterministic, allow_tf32)
 
 
@@ -168,7 +168,7 @@ def legacy_workspace_sizes(
     """
     spec = as_conv_spec(conv, input, weight, geometry)
     allow_tf32, _ = _settings(allow_tf32, deterministic=False)
-    _ops.require_gpu("legacy_workspace_sizes")
+    _ops.require_gpu("diagnostics.legacy_workspace_sizes")
     sizes: dict[int, int | None] = {}
     for algo in range(len(_direction(spec.direction).names)):
         bytes_ = _ops.legacy_workspace_size(spec, allow_tf32, algo)

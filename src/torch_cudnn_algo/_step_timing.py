@@ -7,7 +7,7 @@ one method so that the numbers compare:
 - GPU ms per step: the summed duration of every CUDA kernel of 2 steps under
   ``torch.profiler`` (GPU time without the host's launch gaps), and of the
   convolution ops' kernels alone;
-- energy per step: ``_energy.measure_energy`` over whole eager steps (the GPU's idle time
+- energy per step: ``_energy.measure`` over whole eager steps (the GPU's idle time
   between kernels included, as an eager training job pays it), the modes alternated within
   each round with an A/A control (the first mode measured twice); None where the GPU or driver
   has no counter, with the reason.
@@ -99,7 +99,7 @@ def step_energy(
     first mode's A/A control: (the report, ""), or (None, why not). Never raises: energy is
     detail beside the times."""
     try:
-        report = _energy.measure_energy({mode: _energy.EnergyMode(step, enter) for mode, enter in modes.items()},
+        report = _energy.measure({mode: _energy.EnergyMode(step, enter) for mode, enter in modes.items()},
                                         settings=settings)
     except _energy.EnergyUnavailable as exc:
         return None, str(exc)

@@ -12,11 +12,13 @@ import dataclasses
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
 from typing_extensions import Unpack
+
+from . import _text_table
 
 __all__ = [
     "TOLERANCES",
@@ -241,20 +243,11 @@ class ProfileTable:
                 ",".join(row.notes),
                 row.status,  # last: an unsupported row's reason is long
             ))
-        widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
-                  for i, h in enumerate(headers)]
         numeric = {2, 3, 4, 6, 7, 8}
-
-        def render(cells: Sequence[str]) -> str:
-            return "  ".join(
-                cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
-                for i, cell in enumerate(cells)
-            ).rstrip()
-
         title = f"cuDNN {self.direction} candidates for {self.convolution}"
         energy = self.environment.get("energy_measure")
         footer = [f"energy: {energy['summary']}"] if isinstance(energy, dict) and energy.get("summary") else []
-        return "\n".join([title, render(headers), *(render(line) for line in lines), *footer])
+        return "\n".join([title, *_text_table.aligned([headers, *lines], right=numeric), *footer])
 
     def __str__(self) -> str:
         return self.format()

@@ -218,7 +218,7 @@ def tune(
     if torch.cuda.is_current_stream_capturing():
         raise RuntimeError("torch_cudnn_algo.tune cannot run during CUDA graph capture")
     if policy == "lowest_energy":
-        why = _energy.energy_unavailable(torch.cuda.current_device())
+        why = _energy.unavailable(torch.cuda.current_device())
         if why is not None:
             raise _energy.EnergyUnavailable(f"the lowest_energy policy measures GPU energy, which cannot be "
                                             f"measured here: {why}; use 'fastest' or 'least_workspace'")

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-from . import _benchmark_child, _step_timing, _version_gate
+from . import _benchmark_child, _step_timing, _text_table, _version_gate
 from ._energy import EnergyUnavailable
 from ._workload import AMP_DTYPES, DEFAULT_NET_TEXT, build_workload, energy_settings, workload_arguments
 
@@ -131,12 +131,12 @@ def _db(args: argparse.Namespace) -> int:
     if not _extension.is_loaded():
         print(f"torch-cudnn-algo db: the C++ extension is not loaded ({_extension.load_error()})", file=sys.stderr)
         return 1
-    directory = _db.tuning_db_dir()
+    directory = _db.directory()
     if directory is None:
         print("the tuning database is off (TORCH_CUDNN_ALGO_DB=0, or no home directory to keep it in)")
         return 0
     if args.action == "clear":
-        print(f"removed {_db.clear_tuning_db()} entries from {directory}")
+        print(f"removed {_db.clear()} entries from {directory}")
         return 0
     if args.action in ("import", "export") and not args.path:
         print(f"torch-cudnn-algo db {args.action}: give the "
@@ -145,7 +145,7 @@ def _db(args: argparse.Namespace) -> int:
         return 2
     if args.action == "import":
         try:
-            report = _db.merge_tuning_db(args.path)
+            report = _db.merge(args.path)
         except ValueError as exc:
             print(f"torch-cudnn-algo db import: {exc}", file=sys.stderr)
             return 2
@@ -168,10 +168,10 @@ def _db(args: argparse.Namespace) -> int:
         print(f"wrote {args.path}: {len(plan)} configurations decided on {plan.gpu or 'no GPU'}; use it with "
               f"TORCH_CUDNN_ALGO_PLAN={args.path}")
         return 0
-    entries = [entry for entry in _db.tuning_db_entries() if args.kind in (None, entry.kind)]
+    entries = [entry for entry in _db.entries() if args.kind in (None, entry.kind)]
     total = sum(entry.bytes for entry in entries)
     print(f"tuning database {directory}: {len(entries)} entries, {total / 2**20:.1f} MiB "
-          f"(bound {_db.tuning_db_max_bytes() / 2**20:.0f} MiB, TORCH_CUDNN_ALGO_DB_MAX_MB)")
+          f"(bound {_db.max_bytes() / 2**20:.0f} MiB, TORCH_CUDNN_ALGO_DB_MAX_MB)")
     def ms(value: object) -> str:
         return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
@@ -185,9 +185,7 @@ def _db(args: argparse.Namespace) -> int:
         rows.append((entry.kind, choice, ms(entry.header.get("pick_ms")), ms(entry.header.get("stock_config_ms")),
                      entry.saved or "-", entry.host or "-", f"{entry.bytes / 1024:.1f}",
                      str(entry.configuration or "(unreadable)")))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    print("\n".join(_text_table.aligned(rows, free_last=True)))
     return 0
 
 
@@ -206,9 +204,7 @@ def _list(args: argparse.Namespace) -> int:
         workspace = "-" if c.workspace is None else f"{c.workspace / 2**20:.2f} MiB"
         rows.append((repr(c.value), c.kind, c.label, workspace, "yes" if c.deterministic else "no", c.status,
                      ",".join(c.notes)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    print("\n".join(_text_table.aligned(rows, free_last=True)))
     return 0
 
 
@@ -317,17 +313,7 @@ def _num(value: float | None, digits: int, suffix: str = "") -> str:
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     """Left-aligned first column, right-aligned others; a row of two cells is a label and a
     message that runs across the other columns."""
-    full = [row for row in rows if len(row) > 2]
-    widths = [max(len(row[i]) for row in full) for i in range(len(full[0]))]
-    widths[0] = max(len(row[0]) for row in rows)
-    lines = []
-    for row in rows:
-        if len(row) == 2:
-            lines.append(f"  {row[0].ljust(widths[0])}   {row[1]}")
-        else:
-            cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
-            lines.append("  " + "   ".join(cells).rstrip())
-    return lines
+    return _text_table.aligned(rows, right=range(1, max(len(row) for row in rows)), gap="   ", indent="  ")
 
 
 _RATIO_MEASURES = (("wall_ms", "wall"), ("gpu_ms", "GPU"), ("conv_ms", "conv GPU"), ("energy_j", "energy"))
@@ -465,7 +451,7 @@ def _tune(args: argparse.Namespace) -> int:
     print(plan.format())
     changed = sum(1 for e in plan.entries.values() if e.time_ms and e.stock_ms and e.time_ms < e.stock_ms * 0.99)
     print(f"{changed} of {len(plan)} configurations run something faster than stock's own configuration")
-    print(own_kernel_summary(torch_cudnn_algo.tuning_log()))
+    print(own_kernel_summary(torch_cudnn_algo.diagnostics.tuning_log()))
     plan.save(args.output)
     engines = [e for e in plan.entries.values() if isinstance(e.choice, str)]
     built = sum(1 for e in engines if e.execution_plan is not None)

@@ -69,7 +69,8 @@ def run_case(case: tuple, repeats: int) -> None:
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
         for direction, spec in DIRECTIONS.items():
             reference = direction_pass(direction, x.double(), w.double(), grad.double(), padding)()
-            sizes = torch_cudnn_algo.legacy_workspace_sizes(direction, x, w, padding=padding, allow_tf32=False)
+            sizes = torch_cudnn_algo.diagnostics.legacy_workspace_sizes(direction, x, w, padding=padding,
+                                                                        allow_tf32=False)
             supported = [a for a, b in sizes.items() if b is not None]
             run = direction_pass(direction, x, w, grad, padding)
             stock_ms = median_ms(run, repeats)

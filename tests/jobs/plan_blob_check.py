@@ -84,7 +84,7 @@ def main(argv: list[str]) -> dict:
             outputs_path = argv[1]
             plan = torch_cudnn_algo.current_plan()
             assert plan is not None, "TORCH_CUDNN_ALGO_PLAN was not applied"
-        before = torch_cudnn_algo.execution_plan_counts()
+        before = torch_cudnn_algo.diagnostics.execution_plan_counts()
         captured = None
         if argv[0] == "settle":
             with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
@@ -94,12 +94,12 @@ def main(argv: list[str]) -> dict:
         elif argv[0] == "capture":
             captured = captured_logits(model, x)
         outputs = step(model, x)
-    after = torch_cudnn_algo.execution_plan_counts()
+    after = torch_cudnn_algo.diagnostics.execution_plan_counts()
     report = {
         "counts_before_step": {k: before[k] for k in COUNTS},
         "counts": {k: after[k] for k in COUNTS},
         "microseconds": {k: after[k] - before[k] for k in ("build_us", "deserialize_us")},
-        "runs": torch_cudnn_algo.plan_entry_run_counts(),
+        "runs": torch_cudnn_algo.diagnostics.plan_entry_run_counts(),
         "graph_plans": graph_plans(),
         "entries": {str(c): e.choice for c, e in plan.entries.items()},
         "with_execution_plan": sorted(str(c) for c, e in plan.entries.items() if e.execution_plan is not None),

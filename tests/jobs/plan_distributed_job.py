@@ -64,7 +64,8 @@ def main(out_dir: Path) -> int:
     mine = {"rank": rank, "gpu": torch.cuda.get_device_name(), "device": local_rank,
             "choices": {e.label: e.choice for e in in_force}, "runs": {e.label: e.runs for e in in_force},
             "losses": losses,
-            "first_step_s": step_seconds[0], "execution_plan_counts": torch_cudnn_algo.execution_plan_counts(),
+            "first_step_s": step_seconds[0],
+            "execution_plan_counts": torch_cudnn_algo.diagnostics.execution_plan_counts(),
             "with_execution_plan": sum(1 for e in plan.entries.values() if e.execution_plan is not None)}
     everyone: list[dict] = [None] * world  # type: ignore[list-item]
     dist.all_gather_object(everyone, mine)

@@ -310,7 +310,7 @@ def test_choices_only_plan_keeps_choices_and_drops_execution_plans() -> None:
     tca = pytest.importorskip("torch_cudnn_algo")
     fwd = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"
     bwd = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last bwd_data"
-    built = tca.SerializedPlan(b"built plan bytes", "Test GPU", 91900, 13200)
+    built = tca.SerializedExecutionPlan(b"built plan bytes", "Test GPU", 91900, 13200)
     plan = tca.Plan({fwd: tca.PlanEntry("eng0_k2=1", time_ms=0.07, execution_plan=built), bwd: tca.PlanEntry(1)})
     from harness import measure
 
@@ -466,7 +466,7 @@ def test_torchaudio_builders(name: str) -> None:
 def test_execution_plan_census_counts_what_was_not_serialised() -> None:
     tca = pytest.importorskip("torch_cudnn_algo")
     spec = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last "
-    built = tca.SerializedPlan(b"built plan bytes", "Test GPU", 91900, 13200)
+    built = tca.SerializedExecutionPlan(b"built plan bytes", "Test GPU", 91900, 13200)
     why = "cuDNN cannot serialise it: runtime-compiled"
     plan = tca.Plan({spec + "fwd": tca.PlanEntry("eng0_k2=1", execution_plan=built),
                      spec + "bwd_data": tca.PlanEntry("eng7_k2=1", execution_plan_unavailable=why),
