@@ -6,7 +6,7 @@
 #include "base/legacy_algorithms.h"
 #include "control/overrides.h"
 #include "decide/fastest_tuner.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 #include "decide/profiling.h"
 #include "run/engine_name.h"
 

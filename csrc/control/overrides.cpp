@@ -1,7 +1,7 @@
 #include "control/overrides.h"
 
 #include "base/python_bridge.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 #include "decide/selection.h"
 
 #include <torch/library.h>

@@ -6,7 +6,7 @@
 #include "control/op_values.h"
 #include "control/overrides.h"
 #include "decide/config_recording.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 #include "decide/plan.h"
 #include "decide/selection.h"
 #include "run/graph_build.h"

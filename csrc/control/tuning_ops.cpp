@@ -6,8 +6,8 @@
 #include "control/conv_argument.h"
 #include "control/op_values.h"
 #include "decide/fastest_tuner.h"
+#include "decide/flag_state.h"
 #include "decide/kept_decisions.h"
-#include "decide/pins.h"
 #include "run/compile_workers.h"
 #include "store/execution_plan_cache.h"
 

@@ -23,7 +23,7 @@
 #pragma once
 
 #include "base/conv_key.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 
 #include <memory>
 #include <string>

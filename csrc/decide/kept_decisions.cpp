@@ -2,7 +2,7 @@
 
 #include "base/python_bridge.h"
 #include "decide/fastest_tuner.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 #include "decide/plan.h"
 #include "run/direct_runner.h"
 #include "run/graph_build.h"

@@ -1,6 +1,6 @@
 #include "decide/plan.h"
 
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 
 #include <array>
 #include <mutex>

@@ -1,4 +1,4 @@
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 
 #include "base/legacy_algorithms.h"
 #include "run/direct_runner.h"
