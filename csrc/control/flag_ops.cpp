@@ -5,9 +5,9 @@
 #include "base/common.h"
 #include "base/legacy_algorithms.h"
 #include "control/overrides.h"
-#include "decide/fastest_tuner.h"
 #include "decide/flag_state.h"
 #include "decide/profiling.h"
+#include "decide/tuner/fastest_tuner.h"
 #include "run/engine_name.h"
 
 #include <torch/library.h>

@@ -5,9 +5,9 @@
 #include "base/python_bridge.h"
 #include "control/conv_argument.h"
 #include "control/op_values.h"
-#include "decide/fastest_tuner.h"
 #include "decide/flag_state.h"
 #include "decide/kept_decisions.h"
+#include "decide/tuner/fastest_tuner.h"
 #include "run/compile_workers.h"
 #include "store/execution_plan_cache.h"
 

@@ -1,9 +1,9 @@
 #include "decide/kept_decisions.h"
 
 #include "base/python_bridge.h"
-#include "decide/fastest_tuner.h"
 #include "decide/flag_state.h"
 #include "decide/plan.h"
+#include "decide/tuner/fastest_tuner.h"
 #include "run/direct_runner.h"
 #include "run/graph_build.h"
 #include "run/graph_runner.h"

@@ -13,8 +13,8 @@
 // A's; and an engine whose probes were never near the best on this process's
 // earlier convolutions of the same kind (direction, depthwise or grouped,
 // dtype) is not probed again.
-#include "decide/fastest_tuner.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/common.h"
 #include "run/engine_name.h"

@@ -2,9 +2,9 @@
 // prepared, warmed up and timed, the finalists re-timed with stock's
 // configuration, and the pick checked against stock's on time, host time and
 // accuracy.
-#include "decide/fastest_tuner.h"
-#include "decide/interleaved_timing.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/interleaved_timing.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/cudnn_handle.h"
 

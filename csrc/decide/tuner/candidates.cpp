@@ -4,8 +4,8 @@
 // (runtime-compiled ones beyond stock's own only up to a budget); stock's
 // configuration found among them; and the queue that prepares every
 // configuration of tune() ahead.
-#include "decide/fastest_tuner.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/python_bridge.h"
 #include "base/work_queue.h"

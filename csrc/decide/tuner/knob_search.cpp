@@ -1,7 +1,7 @@
 // conv_knob_search: coordinate descent over the knobs of the best engines,
 // within a time budget per configuration.
-#include "decide/fastest_tuner.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/tuner.h"
 
 #include "run/engine_enumeration.h"
 #include "run/engine_name.h"

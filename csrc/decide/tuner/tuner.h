@@ -1,9 +1,9 @@
-// The "fastest" tuner's parts (see fastest_tuner.h), shared by its files:
-// tuner_candidates (the heuristics' candidates, their builds, the prepare-ahead
-// queue), tuner_operands (random operands, the float64 reference),
-// tuner_timing (warm-up, and the timed rounds of interleaved_timing.h on the
-// GPU), tuner_knob_search, tuner_log (the tuning-log entry) and fastest_tuner
-// (the decision). Included by those alone.
+// The "fastest" tuner's parts (see fastest_tuner.h), shared by the files of
+// this folder: candidates (the heuristics' candidates, their builds, the
+// prepare-ahead queue), operands (random operands, the float64 reference),
+// timing (warm-up, and the timed rounds of interleaved_timing.h on the GPU),
+// knob_search, wide_search, log (the tuning-log entry) and fastest_tuner (the
+// decision). Included by those alone.
 #pragma once
 
 #include "base/conv_key.h"
