@@ -4,10 +4,10 @@
 // overrides registered. Setting a flag brings the overrides in line.
 #include "base/common.h"
 #include "base/legacy_algorithms.h"
-#include "control/overrides.h"
 #include "decide/flag_state.h"
 #include "decide/profiling.h"
 #include "decide/tuner/fastest_tuner.h"
+#include "overrides/overrides.h"
 #include "run/engine_name.h"
 
 #include <torch/library.h>

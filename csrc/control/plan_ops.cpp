@@ -4,11 +4,11 @@
 #include "base/common.h"
 #include "control/conv_argument.h"
 #include "control/op_values.h"
-#include "control/overrides.h"
 #include "decide/config_recording.h"
 #include "decide/flag_state.h"
 #include "decide/plan.h"
 #include "decide/selection.h"
+#include "overrides/overrides.h"
 #include "run/graph_build.h"
 #include "store/serialized_execution_plan.h"
 

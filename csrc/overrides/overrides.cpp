@@ -1,4 +1,4 @@
-#include "control/overrides.h"
+#include "overrides/overrides.h"
 
 #include "base/python_bridge.h"
 #include "decide/flag_state.h"
