@@ -2,12 +2,12 @@
 // serialized execution plans), putting it in force, what is in force; and the
 // recording of the configurations a model runs, which tune() profiles.
 #include "base/common.h"
-#include "control/conv_argument.h"
-#include "control/op_values.h"
 #include "decide/config_recording.h"
 #include "decide/flag_state.h"
 #include "decide/plan.h"
 #include "decide/selection.h"
+#include "ops/conv_argument.h"
+#include "ops/op_values.h"
 #include "overrides/overrides.h"
 #include "run/graph_build.h"
 #include "store/serialized_execution_plan.h"
