@@ -262,7 +262,7 @@ def make_extension() -> tuple[CppExtension, KernelBuild | None]:
         + ("\n  debug build    symbols kept (TORCH_CUDNN_ALGO_DEBUG_BUILD)" if debug else ""),
         flush=True,
     )
-    # csrc/ holds one folder per layer (base, store, run, decide, control);
+    # csrc/ holds one folder per layer (base, store, run, decide, overrides, ops);
     # includes name files from csrc/: "run/graph_runner.h".
     sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cpp"))
     return CppExtension(
