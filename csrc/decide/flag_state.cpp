@@ -24,13 +24,6 @@ std::atomic<uint64_t> g_selection_epoch{0};
 
 }  // namespace
 
-std::string Choice::python_literal(Direction direction) const {
-  if (fastest) return "'fastest'";
-  if (is_engine()) return "'" + engine + "'";
-  if (is_kernel()) return "'" + kernel + "'";
-  return std::to_string(legacy_algo) + "  # " + legacy_algo_name(direction, legacy_algo);
-}
-
 std::shared_ptr<const Choice> pinned_choice(Direction direction) {
   return std::atomic_load(&g_choices[static_cast<int>(direction)]);
 }
