@@ -8,7 +8,7 @@
 #include "decide/profiling.h"
 #include "run/direct_runner.h"
 #include "run/engine_enumeration.h"
-#include "run/graph_runner.h"
+#include "run/graph_runner_source.h"
 #include "run/legacy_runner.h"
 
 #include <algorithm>

@@ -14,7 +14,7 @@
 #include "ops/op_values.h"
 #include "run/direct_runner.h"
 #include "run/engine_enumeration.h"
-#include "run/graph_runner.h"
+#include "run/graph_runner_source.h"
 #include "run/legacy_runner.h"
 #include "store/serialized_execution_plan.h"
 

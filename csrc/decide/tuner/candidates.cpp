@@ -10,10 +10,10 @@
 #include "base/python_bridge.h"
 #include "base/work_queue.h"
 #include "decide/plan.h"
-#include "run/engine_enumeration.h"
 #include "run/direct_runner.h"
+#include "run/engine_enumeration.h"
 #include "run/engine_name.h"
-#include "run/graph_runner.h"
+#include "run/graph_runner_source.h"
 
 #include <c10/cuda/CUDAGuard.h>
 

@@ -1,9 +1,8 @@
-// Runs cuDNN graph-API engine configurations (what stock PyTorch runs) through
-// the cuDNN frontend 1.x: conv_fprop, conv_dgrad and conv_wgrad graphs, one
-// GraphRunner per (configuration, engine name), built once and shared (the
-// graph runner cache). A runner comes from the serialized execution plan its
-// plan entry carries, from the execution plan cache or a compile worker
-// (runtime-compiled configurations), or is built here (graph_build.h).
+// Where a graph runner (a cuDNN graph-API engine configuration, what stock
+// PyTorch runs) comes from: one per (configuration, engine name), built once and
+// shared (the graph runner cache). A runner comes from the serialized execution
+// plan its plan entry carries, from the execution plan cache or a compile worker
+// (runtime-compiled configurations), or is built (graph_build.h).
 #pragma once
 
 #include "run/runner.h"

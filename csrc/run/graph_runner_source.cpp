@@ -1,4 +1,4 @@
-#include "run/graph_runner.h"
+#include "run/graph_runner_source.h"
 
 #include "base/common.h"
 #include "run/compile_workers.h"
