@@ -5,7 +5,7 @@
 #include "decide/plan.h"
 #include "decide/tuner/fastest_tuner.h"
 #include "run/direct_runner.h"
-#include "run/graph_build.h"
+#include "run/graph_runner.h"
 #include "run/graph_runner_source.h"
 #include "store/serialized_execution_plan.h"
 #include "store/tuning_db.h"

@@ -9,7 +9,7 @@
 #include "ops/conv_argument.h"
 #include "ops/op_values.h"
 #include "overrides/overrides.h"
-#include "run/graph_build.h"
+#include "run/graph_runner.h"
 #include "store/serialized_execution_plan.h"
 
 #include <ATen/ops/empty.h>

@@ -2,7 +2,7 @@
 
 #include "base/common.h"
 #include "base/cudnn_handle.h"
-#include "run/graph_build.h"
+#include "run/graph_runner.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>

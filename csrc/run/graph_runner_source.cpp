@@ -4,7 +4,7 @@
 #include "run/compile_workers.h"
 #include "run/engine_name.h"
 #include "run/execution_plan_loading.h"
-#include "run/graph_build.h"
+#include "run/graph_runner.h"
 #include "run/runner_cache.h"
 #include "store/execution_plan_cache.h"
 #include "store/serialized_execution_plan.h"

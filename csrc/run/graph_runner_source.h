@@ -2,7 +2,7 @@
 // PyTorch runs) comes from: one per (configuration, engine name), built once and
 // shared (the graph runner cache). A runner comes from the serialized execution
 // plan its plan entry carries, from the execution plan cache or a compile worker
-// (runtime-compiled configurations), or is built (graph_build.h).
+// (runtime-compiled configurations), or is built (graph_runner.h).
 #pragma once
 
 #include "run/runner.h"

@@ -1,7 +1,9 @@
-// Building a graph runner: cuDNN's execution plan for one engine configuration
-// on one convolution, built through the frontend (heuristics query only when
-// the configuration cannot be built straight from its name), and its
-// serialized form. Nothing here reads the user's plan or a cache.
+// A graph runner: GraphRunner runs one cuDNN execution plan, of one engine
+// configuration on one convolution, through the cuDNN frontend 1.x (conv_fprop,
+// conv_dgrad and conv_wgrad graphs); how one is built (heuristics query only
+// when the configuration cannot be built straight from its name), and its
+// serialized form. Nothing here reads the user's plan or a cache: where a
+// runner comes from is graph_runner_source.h's.
 #pragma once
 
 #include "run/engine_name.h"

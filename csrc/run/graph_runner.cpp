@@ -1,4 +1,4 @@
-#include "run/graph_build.h"
+#include "run/graph_runner.h"
 
 #include "base/cudnn_handle.h"
 #include "run/frontend_graph.h"
