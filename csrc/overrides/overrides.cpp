@@ -1,3 +1,5 @@
+// The table of the three overrides (which ATen kernel, when it is needed, how
+// it is registered) and the writes that bring them in line with the flag state.
 #include "overrides/overrides.h"
 
 #include "base/python_bridge.h"
