@@ -88,7 +88,7 @@ std::shared_ptr<const Choice> choice_from_flag_value(const std::string& value) {
                       " is not a legacy algorithm number");
     choice->legacy_algo = std::stoi(value);
   } else {
-    choice->engine = parse_engine_name(value).canonical;
+    choice->engine = parse_engine_name(value);
   }
   return choice;
 }

@@ -35,7 +35,8 @@ void set_engine(const std::string& direction, const std::string& name) {
 std::string get_engine(const std::string& direction) {
   const auto choice = pinned_choice(parse_direction(direction));
   if (!choice) return "";
-  return choice->is_kernel() ? choice->kernel : choice->engine;
+  if (choice->is_kernel()) return choice->kernel;
+  return choice->is_engine() ? choice->engine->canonical : "";
 }
 
 // The canonical form of an engine configuration name (ValueError if malformed).

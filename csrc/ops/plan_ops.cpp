@@ -83,7 +83,7 @@ std::string plan_entries_in_force_op() {
     row["label"] = entry->label;
     const Choice* choice = entry->choice.get();
     row["choice"] = !choice               ? ""
-                    : choice->is_engine() ? choice->engine
+                    : choice->is_engine() ? choice->engine->canonical
                     : choice->is_kernel() ? choice->kernel
                                           : std::to_string(choice->legacy_algo);
     row["runs"] = entry->runs.load(std::memory_order_relaxed);

@@ -147,8 +147,8 @@ std::shared_ptr<const Runner> build_graph_runner(const ConvKey& key, const Engin
   return runner;
 }
 
-SerializedBytes build_serialized_execution_plan(const ConvKey& key, const std::string& engine) {
-  const auto runner = build_graph_runner(key, parse_engine_name(engine));
+SerializedBytes build_serialized_execution_plan(const ConvKey& key, const EngineName& engine) {
+  const auto runner = build_graph_runner(key, engine);
   return serialize_execution_plan(*runner);
 }
 

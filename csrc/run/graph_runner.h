@@ -52,6 +52,6 @@ SerializedBytes serialize_execution_plan(const Runner& runner);
 
 // `engine` built for `key` outside the runner cache and serialized: what a
 // compile worker sends back.
-SerializedBytes build_serialized_execution_plan(const ConvKey& key, const std::string& engine);
+SerializedBytes build_serialized_execution_plan(const ConvKey& key, const EngineName& engine);
 
 }  // namespace torch_cudnn_algo

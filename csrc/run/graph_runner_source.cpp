@@ -48,7 +48,7 @@ std::shared_ptr<const Runner> runtime_compiled_graph_runner(const ConvKey& key, 
 
 struct GraphKey {
   ConvKey conv;
-  std::string engine;
+  std::string engine;  // the canonical name it was asked for
   bool operator==(const GraphKey& other) const {
     return conv == other.conv && engine == other.engine;
   }
@@ -67,11 +67,11 @@ RunnerCache<GraphKey, GraphKeyHash>& graph_runner_cache() {
 
 }  // namespace
 
-std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::string& engine, bool* created,
+std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const EngineName& engine, bool* created,
                                                const SerializedExecutionPlanSource& plan, bool runtime_compiled,
                                                bool default_knobs) {
-  return graph_runner_cache().get(GraphKey{key, engine}, created, [&] {
-    EngineName wanted = parse_engine_name(engine);
+  return graph_runner_cache().get(GraphKey{key, engine.canonical}, created, [&] {
+    EngineName wanted = engine;
     if (default_knobs) wanted.bare = false;  // exact: the engine with no knob set
     if (auto runner = runner_from_serialized_plan(key, wanted, plan)) return runner;
     if (runtime_compiled) return runtime_compiled_graph_runner(key, wanted);
@@ -82,19 +82,18 @@ std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::st
   });
 }
 
-std::shared_ptr<const Runner> get_graph_runner_from_bytes(const ConvKey& key, const std::string& engine,
+std::shared_ptr<const Runner> get_graph_runner_from_bytes(const ConvKey& key, const EngineName& engine,
                                                           const std::vector<uint8_t>& bytes) {
   bool created = false;
-  return graph_runner_cache().get(GraphKey{key, engine}, &created, [&]() -> std::shared_ptr<const Runner> {
-    const EngineName wanted = parse_engine_name(engine);
+  return graph_runner_cache().get(GraphKey{key, engine.canonical}, &created, [&]() -> std::shared_ptr<const Runner> {
     std::string why;
-    if (auto runner = graph_runner_from_bytes(key, wanted, bytes, &why)) {
+    if (auto runner = graph_runner_from_bytes(key, engine, bytes, &why)) {
       count_execution_plan_deserialized(/*prefetched=*/false);
       return runner;
     }
     if (!why.empty()) count_execution_plan_deserialize_failed();
     const auto started = std::chrono::steady_clock::now();
-    std::shared_ptr<const Runner> runner = build_graph_runner(key, wanted);
+    std::shared_ptr<const Runner> runner = build_graph_runner(key, engine);
     count_execution_plan_built(microseconds_since(started));
     return runner;
   });

@@ -5,6 +5,7 @@
 // (runtime-compiled configurations), or is built (graph_runner.h).
 #pragma once
 
+#include "run/engine_name.h"
 #include "run/runner.h"
 #include "store/serialized_execution_plan.h"
 
@@ -26,14 +27,14 @@ namespace torch_cudnn_algo {
 // execution_plan_cache.h and compile_workers.h). `default_knobs`: a bare name
 // of an engine with knobs is built at cuDNN's default knob values (as the
 // fallback list offers it) instead of the knobs the heuristics rank first.
-std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::string& engine, bool* created,
+std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const EngineName& engine, bool* created,
                                                const SerializedExecutionPlanSource& plan,
                                                bool runtime_compiled = false, bool default_knobs = false);
 
 // The runner for `engine` on `key`: the cache's, else rebuilt from `bytes` (a
 // serialized execution plan of that configuration, e.g. a kept decision's),
 // else built as get_graph_runner builds it (the bytes cannot serve here).
-std::shared_ptr<const Runner> get_graph_runner_from_bytes(const ConvKey& key, const std::string& engine,
+std::shared_ptr<const Runner> get_graph_runner_from_bytes(const ConvKey& key, const EngineName& engine,
                                                           const std::vector<uint8_t>& bytes);
 
 void clear_graph_runners();
