@@ -36,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - build-time guidance only
     )
 
 ROOT = Path(__file__).resolve().parent
-CSRC = ROOT / "csrc"  # one folder per layer (base, store, run, decide, control); includes name files from here
+CSRC = ROOT / "csrc"  # one folder per layer (base, store, run, decide, overrides, ops); includes name files from here
 KERNEL_SOURCES = CSRC / "kernels"  # our CUDA kernels (*.cu): nvcc compiles them into the extension (build_ext)
 # The wheel's version is this plus what it is built for: 0.1.0+cu130torch2.11.
 BASE_VERSION = re.search(r'^__version__ = "([^"]+)"', (ROOT / "src/torch_cudnn_algo/__init__.py").read_text(),

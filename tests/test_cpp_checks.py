@@ -5,7 +5,7 @@ the checks of a program in tests/cpp/ and run.
   prepare-ahead and a plan's execution plans loaded ahead: results handed out once, the thread
   limit, taking a queued job back, waiting for a running one, failures, cancel waking waiters,
   stop, and stop in a forked child returning at once.
-- csrc/decide/interleaved_timing.h (interleaved_timing_test.cpp), the tuner's timed rounds apart
+- csrc/decide/tuner/interleaved_timing.h (interleaved_timing_test.cpp), the tuner's timed rounds apart
   from CUDA, on a simulated GPU timeline: a host that keeps up times once and exactly; a call
   whose enqueue outlasts the spin is timed again alone, behind 1.5x its host time; a host held up
   by builds is waited for before a last attempt with twice the spin; empty batches queue nothing;

@@ -154,7 +154,7 @@ def read_records(path: str) -> list[dict]:
 
 # The launch-cost rules --trade compares: GPU time saved required per µs of host time added
 # beyond the free allowance (None: any; inf: none allowed). The allowance and the minimum gain
-# are the tuner's (kMaxHostIncrease, kHostSlackUs, kMinGain in csrc/decide/).
+# are the tuner's (kMaxHostIncrease, kHostSlackUs, kMinGain in csrc/decide/tuner/).
 TRADE_RULES = {"gpu time alone": None, "2x trade": 2.0, "no trade": math.inf}
 FREE_HOST_INCREASE, FREE_HOST_SLACK_US, MIN_GAIN = 0.10, 2.0, 0.01
 

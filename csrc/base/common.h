@@ -17,7 +17,7 @@ enum class Direction : int8_t { kForward = 0, kBackwardData = 1, kBackwardFilter
 
 constexpr int kNumDirections = 3;
 
-// "fwd", "bwd_data", "bwd_filter": the spelling used by the control ops.
+// "fwd", "bwd_data", "bwd_filter": the spelling the ops use.
 const char* direction_name(Direction direction);
 
 // The torch.backends.cudnn flag of a direction, e.g. "conv_fwd_algo".

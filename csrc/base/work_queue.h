@@ -1,6 +1,6 @@
 // Jobs keyed by what they compute, run by a few background threads, each
 // result handed to the one caller that takes it: what tune() uses to prepare
-// every configuration's candidates ahead (decide/tuner_candidates.cpp) and what a plan
+// every configuration's candidates ahead (decide/tuner/candidates.cpp) and what a plan
 // in use uses to load its execution plans ahead (run/execution_plan_loading.cpp).
 //
 // Header-only and free of torch and CUDA, so that tests/cpp/work_queue_test.cpp

@@ -10,7 +10,7 @@
 
 namespace torch_cudnn_algo {
 
-// Turning it on clears the record. The caller (the control layer) then
+// Turning it on clears the record. The caller (the ops) then
 // (de)registers the overrides: recording needs every direction's calls.
 void set_config_recording(bool enabled);
 bool config_recording();

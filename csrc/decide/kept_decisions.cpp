@@ -1,12 +1,13 @@
 #include "decide/kept_decisions.h"
 
 #include "base/python_bridge.h"
-#include "decide/fastest_tuner.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 #include "decide/plan.h"
+#include "decide/tuner/fastest_tuner.h"
 #include "run/direct_runner.h"
-#include "run/graph_build.h"
+#include "run/engine_name.h"
 #include "run/graph_runner.h"
+#include "run/graph_runner_source.h"
 #include "store/serialized_execution_plan.h"
 #include "store/tuning_db.h"
 
@@ -64,11 +65,11 @@ std::optional<std::pair<std::shared_ptr<const Choice>, Json>> load_decision(cons
     choice->kernel = kDirectKernelName;
     return std::make_pair(std::shared_ptr<const Choice>(std::move(choice)), std::move(header));
   }
-  choice->engine = pick.get<std::string>();
+  choice->engine = parse_engine_name(pick.get<std::string>());
   if (!entry->blob.empty()) {
     ConvKey problem = key;
     problem.algo = kNoChoice;
-    const auto runner = get_graph_runner_from_bytes(problem, choice->engine, entry->blob);
+    const auto runner = get_graph_runner_from_bytes(problem, *choice->engine, entry->blob);
     if (!runner->refusal.empty()) return std::nullopt;  // cannot run here after all: tune again
   }
   return std::make_pair(std::shared_ptr<const Choice>(std::move(choice)), std::move(header));
@@ -92,7 +93,7 @@ void keep_decision(const ConvKey& key, const std::shared_ptr<const Choice>& choi
     ConvKey problem = key;
     problem.algo = kNoChoice;
     bool created = false;
-    const auto runner = get_graph_runner(problem, choice->engine, &created, plan_execution_plans());
+    const auto runner = get_graph_runner(problem, *choice->engine, &created, plan_execution_plans());
     SerializedBytes bytes = serialize_execution_plan(*runner);
     if (bytes.why_not.empty()) entry.blob = std::move(bytes.data);
   }
@@ -194,12 +195,12 @@ std::optional<std::pair<std::shared_ptr<const Choice>, Json>> borrow_decision(co
     problem.algo = kNoChoice;
     bool created = false;
     const auto runner = choice->is_kernel() ? get_direct_runner(problem, &created)
-                                            : get_graph_runner(problem, choice->engine, &created,
+                                            : get_graph_runner(problem, *choice->engine, &created,
                                                                plan_execution_plans());
     if (!runner->refusal.empty()) return std::nullopt;  // it cannot run this size: tune it
     // The tuner kept its candidates within conv_workspace_limit; a pick may need more at a larger size.
     if (!fits_workspace_limit(runner->workspace_bytes)) return std::nullopt;
-    record["pick"] = choice->is_kernel() ? choice->kernel : choice->engine;
+    record["pick"] = choice->is_kernel() ? choice->kernel : choice->engine->canonical;
   }
   return std::make_pair(choice, std::move(record));
 }

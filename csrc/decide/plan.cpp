@@ -1,6 +1,6 @@
 #include "decide/plan.h"
 
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 
 #include <array>
 #include <mutex>
@@ -121,7 +121,10 @@ std::vector<std::shared_ptr<const PlanEntry>> plan_entries_in_force() {
 std::shared_ptr<const SerializedExecutionPlan> serialized_execution_plan_for(const ConvKey& key,
                                                                              const std::string& engine) {
   const auto entry = plan_entry_for(key);
-  if (!entry || !entry->execution_plan || !entry->choice || entry->choice->engine != engine) return nullptr;
+  if (!entry || !entry->execution_plan || !entry->choice || !entry->choice->is_engine() ||
+      entry->choice->engine->canonical != engine) {
+    return nullptr;
+  }
   return entry->execution_plan;
 }
 

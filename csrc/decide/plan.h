@@ -44,8 +44,8 @@ void stage_plan_entry(const ConvKey& key, const std::string& value, const std::s
 struct PlanEntries;
 
 // Puts the staged entries in force (an empty stage: no plan), replacing the
-// previous plan atomically; returns the previous one. The caller (the control
-// layer) then (de)registers the overrides to match, and reinstates the
+// previous plan atomically; returns the previous one. The caller (the ops)
+// then (de)registers the overrides to match, and reinstates the
 // previous plan if that fails.
 std::shared_ptr<const PlanEntries> commit_plan();
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "base/conv_key.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 
 #include <memory>
 

@@ -8,7 +8,7 @@
 #include "decide/profiling.h"
 #include "run/direct_runner.h"
 #include "run/engine_enumeration.h"
-#include "run/graph_runner.h"
+#include "run/graph_runner_source.h"
 #include "run/legacy_runner.h"
 
 #include <algorithm>
@@ -216,7 +216,7 @@ std::shared_ptr<const Runner> runner_for_choice(const Choice& choice, ConvKey ke
   }
   if (choice.is_engine()) {
     key.algo = kNoChoice;
-    return get_graph_runner(key, choice.engine, &created, plan_execution_plans());
+    return get_graph_runner(key, *choice.engine, &created, plan_execution_plans());
   }
   key.algo = choice.legacy_algo;
   return get_legacy_runner(key, &created);

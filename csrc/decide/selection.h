@@ -6,7 +6,7 @@
 #pragma once
 
 #include "base/common.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>

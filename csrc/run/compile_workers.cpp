@@ -2,7 +2,8 @@
 
 #include "base/common.h"
 #include "base/cudnn_handle.h"
-#include "run/graph_build.h"
+#include "run/engine_name.h"
+#include "run/graph_runner.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -333,7 +334,7 @@ extern "C" int torch_cudnn_algo_compile_worker(int in_fd, int out_fd, int device
       SerializedBytes built;
       try {
         const c10::cuda::CUDAGuard key_device(static_cast<c10::DeviceIndex>(key.device));
-        built = build_serialized_execution_plan(key, engine);
+        built = build_serialized_execution_plan(key, parse_engine_name(engine));  // the name crossed as text
       } catch (const std::exception& error) {
         built.why_not = error.what();
       }

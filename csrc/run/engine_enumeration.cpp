@@ -18,7 +18,8 @@ EngineCandidate described_candidate(const ConvKey& key, ConvGraph& graph, const 
   candidate.numerical_notes = graph.numerical_notes_at(listed.index);
   candidate.behavior_notes = graph.behavior_notes_at(listed.index);
   candidate.refusal = precision_refusal(key, candidate.numerical_notes);
-  if (const auto tag = parse_engine_tag(listed.name)) {
+  candidate.engine = parse_engine_tag(listed.name);
+  if (const auto& tag = candidate.engine) {
     candidate.builds_from_name = !tag->bare || graph.knob_count(tag->engine) == 0;
   }
   return candidate;
@@ -41,7 +42,7 @@ std::vector<EngineCandidate> list_engine_candidates(const ConvKey& key) {
     } else if (graph->get_workspace_size_plan_at_index(listed.index, candidate.workspace).is_bad()) {
       candidate.workspace = -1;
     }
-    if (const auto tag = parse_engine_tag(listed.name)) {
+    if (const auto& tag = candidate.engine) {
       if (!knob_spaces.count(tag->engine)) knob_spaces[tag->engine] = knob_space(*graph, tag->engine);
       candidate.knob_space = knob_spaces[tag->engine];
     }

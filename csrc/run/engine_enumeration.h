@@ -4,8 +4,10 @@
 #pragma once
 
 #include "base/conv_key.h"
+#include "run/engine_name.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,8 @@ namespace torch_cudnn_algo {
 // One engine configuration cuDNN offers for a problem.
 struct EngineCandidate {
   std::string name;             // "eng62_k2=1_k13=1_..."
+  // `name` parsed (parse_engine_tag): nullopt if cuDNN ever spells one differently.
+  std::optional<EngineName> engine;
   std::string source;           // "heuristics_a", "heuristics_b" or "fallback"
   int64_t workspace = -1;       // bytes; -1 when the execution plan could not be built
   std::vector<std::string> numerical_notes;  // TENSOR_CORE, DOWN_CONVERT_INPUTS, FFT, ...

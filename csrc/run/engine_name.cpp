@@ -17,24 +17,32 @@ EngineName parse_engine_name(const std::string& name) {
   TORCH_CHECK_VALUE(std::regex_match(lowered, match, whole), "torch_cudnn_algo: '", name,
                     "' is not an engine configuration name; expected 'engN' or "
                     "'engN_kA=V_kB=W...' (for example 'eng62' or 'eng62_k2=1_k13=1')");
-  EngineName parsed;
-  parsed.engine = std::stoll(match[1].str());
-  const std::string knobs = match[2].str();
+  const int64_t engine = std::stoll(match[1].str());
+  const std::string text = match[2].str();
   static const std::regex knob(R"(_k(\d+)=(-?\d+))");
-  for (auto it = std::sregex_iterator(knobs.begin(), knobs.end(), knob); it != std::sregex_iterator(); ++it) {
-    parsed.knobs.emplace_back(std::stoll((*it)[1].str()), std::stoll((*it)[2].str()));
+  std::vector<std::pair<int64_t, int64_t>> knobs;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), knob); it != std::sregex_iterator(); ++it) {
+    knobs.emplace_back(std::stoll((*it)[1].str()), std::stoll((*it)[2].str()));
   }
-  std::sort(parsed.knobs.begin(), parsed.knobs.end());
-  for (size_t i = 1; i < parsed.knobs.size(); ++i) {
-    TORCH_CHECK_VALUE(parsed.knobs[i].first != parsed.knobs[i - 1].first, "torch_cudnn_algo: '",
-                      name, "' sets knob k", parsed.knobs[i].first, " twice");
+  std::sort(knobs.begin(), knobs.end());
+  for (size_t i = 1; i < knobs.size(); ++i) {
+    TORCH_CHECK_VALUE(knobs[i].first != knobs[i - 1].first, "torch_cudnn_algo: '", name, "' sets knob k",
+                      knobs[i].first, " twice");
   }
-  parsed.bare = parsed.knobs.empty();
-  parsed.canonical = "eng" + std::to_string(parsed.engine);
-  for (const auto& [id, value] : parsed.knobs) {
-    parsed.canonical += "_k" + std::to_string(id) + "=" + std::to_string(value);
+  return engine_configuration(engine, std::move(knobs));
+}
+
+EngineName engine_configuration(int64_t engine, std::vector<std::pair<int64_t, int64_t>> knobs) {
+  EngineName configuration;
+  configuration.engine = engine;
+  configuration.knobs = std::move(knobs);
+  std::sort(configuration.knobs.begin(), configuration.knobs.end());
+  configuration.bare = configuration.knobs.empty();
+  configuration.canonical = "eng" + std::to_string(engine);
+  for (const auto& [id, value] : configuration.knobs) {
+    configuration.canonical += "_k" + std::to_string(id) + "=" + std::to_string(value);
   }
-  return parsed;
+  return configuration;
 }
 
 std::optional<EngineName> parse_engine_tag(const std::string& tag) {

@@ -23,6 +23,10 @@ struct EngineName {
 // Parses an engine configuration name; ValueError naming the syntax otherwise.
 EngineName parse_engine_name(const std::string& name);
 
+// The configuration of `engine` with `knobs` set (distinct knob ids), spelled
+// canonically: what parse_engine_name gives for its name.
+EngineName engine_configuration(int64_t engine, std::vector<std::pair<int64_t, int64_t>> knobs);
+
 // A configuration tag parsed like a user's engine name; nullopt if cuDNN ever
 // spells one differently (it is then simply never matched).
 std::optional<EngineName> parse_engine_tag(const std::string& tag);

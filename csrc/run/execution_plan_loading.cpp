@@ -5,7 +5,7 @@
 #include "base/python_bridge.h"
 #include "base/work_queue.h"
 #include "run/frontend_graph.h"
-#include "run/graph_build.h"
+#include "run/graph_runner.h"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>

@@ -1,14 +1,15 @@
-// Runs cuDNN graph-API engine configurations (what stock PyTorch runs) through
-// the cuDNN frontend 1.x: conv_fprop, conv_dgrad and conv_wgrad graphs, one
-// GraphRunner per (configuration, engine name), built once and shared (the
-// graph runner cache). A runner comes from the serialized execution plan its
-// plan entry carries, from the execution plan cache or a compile worker
-// (runtime-compiled configurations), or is built here (graph_build.h).
+// A graph runner: GraphRunner runs one cuDNN execution plan, of one engine
+// configuration on one convolution, through the cuDNN frontend 1.x (conv_fprop,
+// conv_dgrad and conv_wgrad graphs); how one is built (heuristics query only
+// when the configuration cannot be built straight from its name), and its
+// serialized form. Nothing here reads the user's plan or a cache: where a
+// runner comes from is graph_runner_source.h's.
 #pragma once
 
+#include "run/engine_name.h"
 #include "run/runner.h"
-#include "store/serialized_execution_plan.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,39 +17,41 @@
 
 namespace torch_cudnn_algo {
 
-// The runner running `engine` on `key`'s problem, built on first use (heuristics
-// query, support check and execution plan build; nothing executed). `*created`
-// as for get_legacy_runner. `plan` is what the user's plan carries (the caller
-// reads the plan; see plan_execution_plans): a runner built from the serialized
-// execution plan of its entry. Must run with key.device current. A
-// `runtime_compiled` configuration (cuDNN's RUNTIME_COMPILATION note) is loaded
-// from the execution plan cache when an earlier process saved it, else may be
-// built by a compile worker while tune() runs, and is then saved (see
-// execution_plan_cache.h and compile_workers.h). `default_knobs`: a bare name
-// of an engine with knobs is built at cuDNN's default knob values (as the
-// fallback list offers it) instead of the knobs the heuristics rank first.
-std::shared_ptr<const Runner> get_graph_runner(const ConvKey& key, const std::string& engine, bool* created,
-                                               const SerializedExecutionPlanSource& plan,
-                                               bool runtime_compiled = false, bool default_knobs = false);
+class ConvGraph;  // run/frontend_graph.h
 
-// The runner for `engine` on `key`: the cache's, else rebuilt from `bytes` (a
-// serialized execution plan of that configuration, e.g. a kept decision's),
-// else built as get_graph_runner builds it (the bytes cannot serve here).
-std::shared_ptr<const Runner> get_graph_runner_from_bytes(const ConvKey& key, const std::string& engine,
-                                                          const std::vector<uint8_t>& bytes);
+// Runs one execution plan of its ConvGraph.
+struct GraphRunner final : Runner {
+  std::unique_ptr<ConvGraph> graph;
+  int64_t plan_index = -1;
+  // Decided after the first execute (see ConvGraph::plain_variant_pack_at):
+  // whether calls may skip the frontend and reuse cached variant packs.
+  enum : int8_t { kUndecided, kReusePacks, kThroughFrontend };
+  mutable std::atomic<int8_t> execution{kUndecided};
 
-void clear_graph_runners();
-size_t graph_runner_count();
-
-// One runner of the graph runner cache, for tests and reports.
-struct GraphRunnerSummary {
-  ConvKey key;
-  std::string engine;  // the name it was asked for
-  std::string choice;  // the configuration cuDNN runs
-  std::string refusal;
-  int64_t workspace;
-  bool deserialized;  // loaded from a serialized execution plan (a plan file's, or a compile worker's)
+  ~GraphRunner() override;
+  void run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+           void* workspace) const override;
 };
-std::vector<GraphRunnerSummary> graph_runner_summaries();
+
+// The runner for `wanted` on key's problem, built here: exactly from its name
+// when it can be, else through a heuristics query (counted in
+// execution_plan_counts). A configuration cuDNN cannot run (or the rules
+// refuse) gives a runner with its refusal and the alternatives. Must run with
+// key.device current.
+std::shared_ptr<const Runner> build_graph_runner(const ConvKey& key, const EngineName& wanted);
+
+// A runner's execution plan serialized (the frontend's Graph::serialize), or why there is none.
+struct SerializedBytes {
+  std::vector<uint8_t> data;  // empty when why_not is set
+  std::string why_not;        // a legacy algorithm, a refused runner, or cuDNN's refusal
+};
+
+// What a plan file stores of a built runner (see serialized_execution_plan.h): get_graph_runner
+// rebuilds it from that on a GPU of the same model, cuDNN and frontend.
+SerializedBytes serialize_execution_plan(const Runner& runner);
+
+// `engine` built for `key` outside the runner cache and serialized: what a
+// compile worker sends back.
+SerializedBytes build_serialized_execution_plan(const ConvKey& key, const EngineName& engine);
 
 }  // namespace torch_cudnn_algo

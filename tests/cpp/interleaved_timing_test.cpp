@@ -1,8 +1,8 @@
-// CPU checks of csrc/decide/interleaved_timing.h, compiled and run by
+// CPU checks of csrc/decide/tuner/interleaved_timing.h, compiled and run by
 // tests/test_cpp_checks.py, on a simulated device: one host clock and
 // one in-order GPU queue, in µs. Each check prints its name; a failed CHECK
 // prints where and exits 1.
-#include "decide/interleaved_timing.h"
+#include "decide/tuner/interleaved_timing.h"
 #include "check.h"
 
 #include <cmath>

@@ -2,14 +2,14 @@
 // serialized execution plans), putting it in force, what is in force; and the
 // recording of the configurations a model runs, which tune() profiles.
 #include "base/common.h"
-#include "control/conv_argument.h"
-#include "control/op_values.h"
-#include "control/overrides.h"
 #include "decide/config_recording.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 #include "decide/plan.h"
 #include "decide/selection.h"
-#include "run/graph_build.h"
+#include "ops/conv_argument.h"
+#include "ops/op_values.h"
+#include "overrides/overrides.h"
+#include "run/graph_runner.h"
 #include "store/serialized_execution_plan.h"
 
 #include <ATen/ops/empty.h>
@@ -83,7 +83,7 @@ std::string plan_entries_in_force_op() {
     row["label"] = entry->label;
     const Choice* choice = entry->choice.get();
     row["choice"] = !choice               ? ""
-                    : choice->is_engine() ? choice->engine
+                    : choice->is_engine() ? choice->engine->canonical
                     : choice->is_kernel() ? choice->kernel
                                           : std::to_string(choice->legacy_algo);
     row["runs"] = entry->runs.load(std::memory_order_relaxed);

@@ -1,8 +1,8 @@
 // The tuner's operands and accuracy check: random operands of the cuDNN
 // problem in the key's layout, stock PyTorch's float64 result on them, and
 // the relative error a pick is held to.
-#include "decide/fastest_tuner.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/cudnn_handle.h"
 

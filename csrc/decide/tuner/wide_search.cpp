@@ -13,8 +13,8 @@
 // A's; and an engine whose probes were never near the best on this process's
 // earlier convolutions of the same kind (direction, depthwise or grouped,
 // dtype) is not probed again.
-#include "decide/fastest_tuner.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/common.h"
 #include "run/engine_name.h"
@@ -42,7 +42,9 @@ struct ProbeRecord {
 
 struct Records {
   std::mutex mutex;
-  std::map<Kind, std::map<std::string, ProbeRecord>> by_kind;
+  // An engine's record is kept under the engine, whatever its knobs (mode B
+  // lists one engine with several knob settings).
+  std::map<Kind, std::map<int64_t, ProbeRecord>> by_kind;
 };
 
 Records& records() {
@@ -53,13 +55,6 @@ Records& records() {
 Kind kind_of(const ConvKey& key) {
   const bool depthwise = key.groups == key.input_sizes[1];
   return {static_cast<int>(key.dir()), depthwise, static_cast<int>(key.scalar_type())};
-}
-
-// What an engine's record is kept under: the engine, whatever its knobs (mode
-// B lists one engine with several knob settings).
-std::string engine_of(const std::string& name) {
-  const auto tag = parse_engine_tag(name);
-  return tag ? "eng" + std::to_string(tag->engine) : name;
 }
 
 }  // namespace
@@ -73,20 +68,20 @@ WideSearch wide_search(const ConvKey& key) {
   return depthwise ? WideSearch::kOff : WideSearch::kFallback;
 }
 
-bool worth_probing(const ConvKey& key, const std::string& name) {
+bool worth_probing(const ConvKey& key, const EngineName& configuration) {
   auto& r = records();
   const std::lock_guard<std::mutex> lock(r.mutex);
   const auto kind = r.by_kind.find(kind_of(key));
   if (kind == r.by_kind.end()) return true;
-  const auto record = kind->second.find(engine_of(name));
+  const auto record = kind->second.find(configuration.engine);
   if (record == kind->second.end()) return true;
   return record->second.near_best > 0 || record->second.probes < kProbesBeforeSkipping;
 }
 
-void note_probe(const ConvKey& key, const std::string& name, bool near_best) {
+void note_probe(const ConvKey& key, const EngineName& configuration, bool near_best) {
   auto& r = records();
   const std::lock_guard<std::mutex> lock(r.mutex);
-  ProbeRecord& record = r.by_kind[kind_of(key)][engine_of(name)];
+  ProbeRecord& record = r.by_kind[kind_of(key)][configuration.engine];
   ++record.probes;
   record.near_best += near_best;
 }

@@ -1,4 +1,4 @@
-#include "control/conv_argument.h"
+#include "ops/conv_argument.h"
 
 #include "base/legacy_algorithms.h"
 #include "decide/choice.h"

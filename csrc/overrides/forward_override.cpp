@@ -2,9 +2,9 @@
 // the pinned legacy algorithm, or hands the call to ATen's own kernel
 // (at::native::cudnn_convolution) for anything it does not handle.
 #include "base/conv_key.h"
-#include "control/pinned_call.h"
-#include "control/overrides.h"
 #include "decide/selection.h"
+#include "overrides/overrides.h"
+#include "overrides/pinned_call.h"
 
 #include <ATen/ops/cudnn_convolution_native.h>
 #include <c10/cuda/CUDAGuard.h>

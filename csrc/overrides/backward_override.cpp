@@ -11,10 +11,10 @@
 // every other backend come from at::native::convolution_backward, in one call.
 #include "base/conv_key.h"
 #include "base/cudnn_handle.h"
-#include "run/runner.h"
-#include "control/overrides.h"
-#include "decide/selection.h"
 #include "base/torch_release.h"
+#include "decide/selection.h"
+#include "overrides/overrides.h"
+#include "run/runner.h"
 
 #include <ATen/Context.h>
 #include <ATen/native/ConvUtils.h>

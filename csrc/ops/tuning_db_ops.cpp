@@ -1,8 +1,8 @@
 // The operators of the tuning database (store/tuning_db.h,
 // decide/kept_decisions.h): where it is, its entries, merging another one, and
 // what the `db` command and tests do with them. No GPU needed.
-#include "control/op_values.h"
 #include "decide/kept_decisions.h"
+#include "ops/op_values.h"
 #include "store/tuning_db.h"
 
 #include <ATen/ops/empty.h>

@@ -1,7 +1,9 @@
-#include "control/overrides.h"
+// The table of the three overrides (which ATen kernel, when it is needed, how
+// it is registered) and the writes that bring them in line with the flag state.
+#include "overrides/overrides.h"
 
 #include "base/python_bridge.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 #include "decide/selection.h"
 
 #include <torch/library.h>

@@ -1,6 +1,6 @@
 // The tuner's timed rounds, apart from CUDA: the calls of a batch interleaved
 // behind one spin, which of them the GPU timed cleanly, and the late ones timed
-// again. tuner_timing.cpp runs it on the GPU (CUDA events, the spin kernel);
+// again. timing.cpp runs it on the GPU (CUDA events, the spin kernel);
 // tests/cpp/interleaved_timing_test.cpp on a simulated GPU timeline. Needs
 // neither torch nor CUDA.
 #pragma once

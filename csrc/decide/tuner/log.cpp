@@ -1,8 +1,8 @@
 // The tuning log: one JSON object per decision (see tuning_log_entries),
 // written with the JSON library the cuDNN frontend vendors, and the debug line
 // each decision logs.
-#include "decide/fastest_tuner.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/python_bridge.h"
 

@@ -2,8 +2,8 @@
 // candidate, and timed rounds of CUDA events around single calls queued behind
 // a spin kernel, so the host's enqueue time never leaks into GPU time (the
 // rounds' logic is interleaved_timing.h; this file gives it the GPU).
-#include "decide/interleaved_timing.h"
-#include "decide/tuner.h"
+#include "decide/tuner/interleaved_timing.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/cudnn_handle.h"
 

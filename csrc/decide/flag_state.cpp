@@ -1,4 +1,4 @@
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 
 #include "base/legacy_algorithms.h"
 #include "run/direct_runner.h"
@@ -23,13 +23,6 @@ thread_local bool t_bypass = false;
 std::atomic<uint64_t> g_selection_epoch{0};
 
 }  // namespace
-
-std::string Choice::python_literal(Direction direction) const {
-  if (fastest) return "'fastest'";
-  if (is_engine()) return "'" + engine + "'";
-  if (is_kernel()) return "'" + kernel + "'";
-  return std::to_string(legacy_algo) + "  # " + legacy_algo_name(direction, legacy_algo);
-}
 
 std::shared_ptr<const Choice> pinned_choice(Direction direction) {
   return std::atomic_load(&g_choices[static_cast<int>(direction)]);
@@ -95,7 +88,7 @@ std::shared_ptr<const Choice> choice_from_flag_value(const std::string& value) {
                       " is not a legacy algorithm number");
     choice->legacy_algo = std::stoi(value);
   } else {
-    choice->engine = parse_engine_name(value).canonical;
+    choice->engine = parse_engine_name(value);
   }
   return choice;
 }

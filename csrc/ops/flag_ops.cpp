@@ -4,10 +4,10 @@
 // overrides registered. Setting a flag brings the overrides in line.
 #include "base/common.h"
 #include "base/legacy_algorithms.h"
-#include "control/overrides.h"
-#include "decide/fastest_tuner.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 #include "decide/profiling.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "overrides/overrides.h"
 #include "run/engine_name.h"
 
 #include <torch/library.h>
@@ -35,7 +35,8 @@ void set_engine(const std::string& direction, const std::string& name) {
 std::string get_engine(const std::string& direction) {
   const auto choice = pinned_choice(parse_direction(direction));
   if (!choice) return "";
-  return choice->is_kernel() ? choice->kernel : choice->engine;
+  if (choice->is_kernel()) return choice->kernel;
+  return choice->is_engine() ? choice->engine->canonical : "";
 }
 
 // The canonical form of an engine configuration name (ValueError if malformed).

@@ -1,13 +1,14 @@
-// The "fastest" tuner's parts (see fastest_tuner.h), shared by its files:
-// tuner_candidates (the heuristics' candidates, their builds, the prepare-ahead
-// queue), tuner_operands (random operands, the float64 reference),
-// tuner_timing (warm-up, and the timed rounds of interleaved_timing.h on the
-// GPU), tuner_knob_search, tuner_log (the tuning-log entry) and fastest_tuner
-// (the decision). Included by those alone.
+// The "fastest" tuner's parts (see fastest_tuner.h), shared by the files of
+// this folder: candidates (the heuristics' candidates, their builds, the
+// prepare-ahead queue), operands (random operands, the float64 reference),
+// timing (warm-up, and the timed rounds of interleaved_timing.h on the GPU),
+// knob_search, wide_search, log (the tuning-log entry) and fastest_tuner (the
+// decision). Included by those alone.
 #pragma once
 
 #include "base/conv_key.h"
 #include "decide/choice.h"
+#include "run/engine_name.h"
 #include "run/runner.h"
 
 #include <ATen/core/Tensor.h>
@@ -41,7 +42,8 @@ constexpr int kFirstRoundReps = 3;
 constexpr double kMinGain = 0.01;
 
 struct Candidate {
-  std::string name;  // canonical engine configuration name
+  std::string name;   // canonical engine configuration name, or our kernel's
+  EngineName engine;  // the configuration `name` spells (none for our kernel): what builds it
   bool rtc = false;  // cuDNN's RUNTIME_COMPILATION behaviour note: the build compiles a kernel
   bool builds_from_name = true;  // no heuristics query to build it (see EngineCandidate)
   // Built with cuDNN's default knob values although its bare name would mean
@@ -106,12 +108,12 @@ struct Prepared {
 // B's (every grouped convolution), each probed once; 0 turns it off.
 enum class WideSearch { kOff, kFallback, kFallbackAndModeB };
 WideSearch wide_search(const ConvKey& key);
-// Whether configuration `name` is still worth a probe on key: false once its
+// Whether `configuration` is still worth a probe on key: false once its
 // engine's probes on this process's convolutions of key's kind were never near
 // the best.
-bool worth_probing(const ConvKey& key, const std::string& name);
-// Records one probe of configuration `name` on key.
-void note_probe(const ConvKey& key, const std::string& name, bool near_best);
+bool worth_probing(const ConvKey& key, const EngineName& configuration);
+// Records one probe of `configuration` on key.
+void note_probe(const ConvKey& key, const EngineName& configuration, bool near_best);
 
 // Threads that build candidates (TORCH_CUDNN_ALGO_TUNE_THREADS).
 size_t build_threads();

@@ -2,9 +2,9 @@
 // prepared, warmed up and timed, the finalists re-timed with stock's
 // configuration, and the pick checked against stock's on time, host time and
 // accuracy.
-#include "decide/fastest_tuner.h"
-#include "decide/interleaved_timing.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/interleaved_timing.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/cudnn_handle.h"
 
@@ -100,7 +100,7 @@ std::vector<size_t> Tuner::first_round(const std::vector<size_t>& warmed) {
     const bool is_near = near_flags[k];
     c.probe = is_near ? Candidate::Probe::kNear : Candidate::Probe::kFar;
     // Only the wide search's engines keep a record across convolutions (see worth_probing).
-    if (c.extra) note_probe(key_, c.name, is_near);
+    if (c.extra) note_probe(key_, c.engine, is_near);
     if (is_near) near.push_back(i);
   }
   probed_ += warmed.size();
@@ -137,7 +137,7 @@ std::shared_ptr<const Choice> Tuner::run() {
     const Candidate& c = candidates_[i];
     if (!c.runnable() || !within_limit(c)) continue;
     // An extra prepared ahead may have lost its probes on other convolutions since.
-    if (c.extra && (c.runner->workspace_bytes > regular_workspace || !worth_probing(key_, c.name))) continue;
+    if (c.extra && (c.runner->workspace_bytes > regular_workspace || !worth_probing(key_, c.engine))) continue;
     eligible.push_back(i);
   }
   // Stock's configuration is timed even over the workspace limit: it is the
@@ -201,7 +201,11 @@ std::shared_ptr<const Choice> Tuner::run() {
   record(pick, timed.size() + knob_configs_);
   if (pick == nullptr) return nullptr;
   auto choice = std::make_shared<Choice>();
-  (pick->kernel ? choice->kernel : choice->engine) = pick->name;
+  if (pick->kernel) {
+    choice->kernel = pick->name;
+  } else {
+    choice->engine = pick->engine;
+  }
   return choice;
 }
 

@@ -3,9 +3,9 @@
 // (its output is the cuDNN problem's x), so it runs the pinned backward-data
 // algorithm; anything it does not handle goes to ATen's own kernel.
 #include "base/conv_key.h"
-#include "control/pinned_call.h"
-#include "control/overrides.h"
 #include "decide/selection.h"
+#include "overrides/overrides.h"
+#include "overrides/pinned_call.h"
 
 #include <ATen/ops/cudnn_convolution_transpose_native.h>
 #include <c10/cuda/CUDAGuard.h>

@@ -6,7 +6,7 @@
 // ranking (4 of them; stock's benchmark mode times the first ten of the same
 // list; 10 for grouped convolutions, which the fallback list's configurations
 // join, each probed once first: the wide search,
-// tuner_wide_search.cpp), runtime-compiled ones beyond stock's own only up to a budget (their
+// wide_search.cpp), runtime-compiled ones beyond stock's own only up to a budget (their
 // build compiles a kernel); stock's own configuration (A's first usable one,
 // what stock runs without benchmark mode) is always among them. Each runner is
 // built once, in parallel threads (tune(): every configuration's, ahead of the
@@ -23,7 +23,7 @@
 #pragma once
 
 #include "base/conv_key.h"
-#include "decide/pins.h"
+#include "decide/flag_state.h"
 
 #include <memory>
 #include <string>
@@ -47,7 +47,7 @@ void prepare_fastest(ConvKey key);
 // Drops queued preparations and results not taken; returns once no thread builds.
 void cancel_prepared_fastest();
 
-// Forgets what the wide search learnt of engines (see tuner_wide_search.cpp).
+// Forgets what the wide search learnt of engines (see wide_search.cpp).
 void clear_wide_search_record();
 
 // conv_knob_search: also search knob values the heuristics do not list.

@@ -1,7 +1,7 @@
 // conv_knob_search: coordinate descent over the knobs of the best engines,
 // within a time budget per configuration.
-#include "decide/fastest_tuner.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/tuner.h"
 
 #include "run/engine_enumeration.h"
 #include "run/engine_name.h"
@@ -18,12 +18,6 @@ constexpr double kKnobSearchSeconds = 1.0;
 constexpr int64_t kMaxValuesPerKnob = 12;
 
 std::atomic<bool> g_knob_search{false};
-
-std::string config_name(int64_t engine, const std::vector<std::pair<int64_t, int64_t>>& knobs) {
-  std::string name = "eng" + std::to_string(engine);
-  for (const auto& [id, value] : knobs) name += "_k" + std::to_string(id) + "=" + std::to_string(value);
-  return name;
-}
 
 std::vector<int64_t> knob_values(const KnobRange& range) {
   std::vector<int64_t> values;
@@ -45,14 +39,15 @@ void Tuner::search_knobs(std::vector<size_t>& finalists) {
   std::set<int64_t> engines;
   std::vector<size_t> seeds;
   for (const size_t i : finalists) {
-    const auto engine = parse_engine_name(candidates_[i].name).engine;
+    if (candidates_[i].kernel) continue;  // our kernel has no knobs
+    const int64_t engine = candidates_[i].engine.engine;
     if (engines.size() < kKnobSearchEngines && engines.insert(engine).second) seeds.push_back(i);
   }
   for (size_t best : seeds) {
-    const EngineName seed = parse_engine_name(candidates_[best].name);
-    for (const auto& range : engine_knob_ranges(key_, seed.engine)) {
+    const int64_t seed = candidates_[best].engine.engine;
+    for (const auto& range : engine_knob_ranges(key_, seed)) {
       if (Clock::now() > deadline) return;
-      const EngineName current = parse_engine_name(candidates_[best].name);
+      const EngineName current = candidates_[best].engine;
       const auto slot = std::find_if(current.knobs.begin(), current.knobs.end(),
                                      [&](const auto& knob) { return knob.first == range.id; });
       if (slot == current.knobs.end()) continue;  // the name does not fix this knob
@@ -60,10 +55,11 @@ void Tuner::search_knobs(std::vector<size_t>& finalists) {
       for (const int64_t value : knob_values(range)) {
         auto knobs = current.knobs;
         knobs[slot - current.knobs.begin()].second = value;
-        const auto name = config_name(current.engine, knobs);
-        if (!known_.insert(name).second) continue;
+        EngineName configuration = engine_configuration(current.engine, std::move(knobs));
+        if (!known_.insert(configuration.canonical).second) continue;
         Candidate c;
-        c.name = name;
+        c.name = configuration.canonical;
+        c.engine = std::move(configuration);
         c.rtc = candidates_[best].rtc;  // a property of the engine
         candidates_.push_back(std::move(c));
       }

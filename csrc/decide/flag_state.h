@@ -3,7 +3,7 @@
 // the workspace limit, conv_profile, this thread's bypass, and the selection
 // epoch every change of them bumps. Reads sit on every convolution call and
 // take no lock of ours. Registering the overrides that a change needs is the
-// control layer's (see control/overrides.h).
+// overrides layer's (see overrides/overrides.h).
 #pragma once
 
 #include "decide/choice.h"

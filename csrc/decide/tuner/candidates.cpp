@@ -4,16 +4,16 @@
 // (runtime-compiled ones beyond stock's own only up to a budget); stock's
 // configuration found among them; and the queue that prepares every
 // configuration of tune() ahead.
-#include "decide/fastest_tuner.h"
-#include "decide/tuner.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "decide/tuner/tuner.h"
 
 #include "base/python_bridge.h"
 #include "base/work_queue.h"
 #include "decide/plan.h"
-#include "run/engine_enumeration.h"
 #include "run/direct_runner.h"
+#include "run/engine_enumeration.h"
 #include "run/engine_name.h"
-#include "run/graph_runner.h"
+#include "run/graph_runner_source.h"
 
 #include <c10/cuda/CUDAGuard.h>
 
@@ -128,7 +128,7 @@ double build_runners(const ConvKey& key, std::vector<Candidate>& candidates, con
       try {
         bool created = false;
         c.runner = c.kernel ? get_direct_runner(key, &created)
-                            : get_graph_runner(key, c.name, &created, plan_execution_plans(), c.rtc, c.default_knobs);
+                            : get_graph_runner(key, c.engine, &created, plan_execution_plans(), c.rtc, c.default_knobs);
         c.cached = !created;
       } catch (const std::exception&) {
         c.runner = nullptr;  // cuDNN cannot build it: not a candidate
@@ -160,22 +160,23 @@ Prepared prepare(const ConvKey& key, size_t threads) {
   const auto listing = heuristic_engine_candidates(key, /*with_mode_b=*/wide == WideSearch::kFallbackAndModeB);
   std::map<int64_t, int> entries_of_engine;
   for (const auto& listed : listing) {
-    if (const auto tag = parse_engine_tag(listed.name)) ++entries_of_engine[tag->engine];
+    if (listed.engine) ++entries_of_engine[listed.engine->engine];
   }
   for (const auto& listed : listing) {
     if (!listed.refusal.empty()) continue;  // the determinism / TF32 rules
-    const auto name = parse_engine_name(listed.name).canonical;
-    if (!p.known.insert(name).second) continue;
+    // cuDNN's tags parse; one that did not is named by the error parse_engine_name raises.
+    const EngineName engine = listed.engine ? *listed.engine : parse_engine_name(listed.name);
+    if (!p.known.insert(engine.canonical).second) continue;
     Candidate c;
-    c.name = name;
+    c.name = engine.canonical;
+    c.engine = engine;
     c.rank = static_cast<int>(p.candidates.size());
     c.source = listed.source;
     c.builds_from_name = listed.builds_from_name;
     if (!c.builds_from_name && listed.source == std::string("fallback")) {
       // The fallback list's bare entry is the engine at cuDNN's default knobs,
       // and what the bare name means when no other entry lists the engine.
-      const auto tag = parse_engine_tag(listed.name);
-      c.default_knobs = c.builds_from_name = tag && entries_of_engine[tag->engine] == 1;
+      c.default_knobs = c.builds_from_name = entries_of_engine[engine.engine] == 1;
     }
     c.rtc = std::find(listed.behavior_notes.begin(), listed.behavior_notes.end(),
                       "RUNTIME_COMPILATION") != listed.behavior_notes.end();
@@ -204,7 +205,7 @@ Prepared prepare(const ConvKey& key, size_t threads) {
     // configuration per convolution the same way).
     const bool compile_allowed = !c.rtc || rtc_budget < 0 || rtc_left > 0;
     if (i >= considered && wide != WideSearch::kOff && c.source != "heuristics_a" && compile_allowed &&
-        c.builds_from_name && worth_probing(key, c.name)) {
+        c.builds_from_name && worth_probing(key, c.engine)) {
       c.extra = true;
       rtc_left -= c.rtc;
       first.push_back(std::move(c));

@@ -3,11 +3,11 @@
 // and the execution plan cache.
 #include "base/common.h"
 #include "base/python_bridge.h"
-#include "control/conv_argument.h"
-#include "control/op_values.h"
-#include "decide/fastest_tuner.h"
+#include "decide/flag_state.h"
 #include "decide/kept_decisions.h"
-#include "decide/pins.h"
+#include "decide/tuner/fastest_tuner.h"
+#include "ops/conv_argument.h"
+#include "ops/op_values.h"
 #include "run/compile_workers.h"
 #include "store/execution_plan_cache.h"
 
