@@ -168,7 +168,6 @@ Prepared prepare(const ConvKey& key, size_t threads) {
     const EngineName engine = listed.engine ? *listed.engine : parse_engine_name(listed.name);
     if (!p.known.insert(engine.canonical).second) continue;
     Candidate c;
-    c.name = engine.canonical;
     c.engine = engine;
     c.rank = static_cast<int>(p.candidates.size());
     c.source = listed.source;
@@ -234,7 +233,6 @@ Prepared prepare(const ConvKey& key, size_t threads) {
   // same rules (a refusing runner is simply not a candidate).
   if (own_kernels_built()) {
     Candidate c;
-    c.name = kDirectKernelName;
     c.rank = static_cast<int>(p.listed);
     c.source = "kernel";
     c.kernel = true;

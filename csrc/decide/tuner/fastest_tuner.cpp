@@ -202,7 +202,7 @@ std::shared_ptr<const Choice> Tuner::run() {
   if (pick == nullptr) return nullptr;
   auto choice = std::make_shared<Choice>();
   if (pick->kernel) {
-    choice->kernel = pick->name;
+    choice->kernel = pick->name();
   } else {
     choice->engine = pick->engine;
   }

@@ -58,7 +58,6 @@ void Tuner::search_knobs(std::vector<size_t>& finalists) {
         EngineName configuration = engine_configuration(current.engine, std::move(knobs));
         if (!known_.insert(configuration.canonical).second) continue;
         Candidate c;
-        c.name = configuration.canonical;
         c.engine = std::move(configuration);
         c.rtc = candidates_[best].rtc;  // a property of the engine
         candidates_.push_back(std::move(c));

@@ -70,8 +70,8 @@ void Tuner::record(const Candidate* pick, size_t timed) {
   entry["conv"] = one_line(describe_conv(key_));
   entry["dtype"] = dtype_name(key_.scalar_type());
   entry["deterministic"] = key_.deterministic;
-  entry["pick"] = pick ? Json(one_line(pick->name)) : Json(nullptr);
-  entry["stock_config"] = stock ? Json(one_line(stock->name)) : Json(nullptr);
+  entry["pick"] = pick ? Json(one_line(pick->name())) : Json(nullptr);
+  entry["stock_config"] = stock ? Json(one_line(stock->name())) : Json(nullptr);
   entry["pick_ms"] = pick ? json_number(pick->median_ms()) : Json(nullptr);
   entry["stock_config_ms"] = stock ? json_number(stock->median_ms()) : Json(nullptr);
   entry["pick_host_us"] = pick ? json_number(pick->median_host_us()) : Json(nullptr);
@@ -116,7 +116,7 @@ void Tuner::record(const Candidate* pick, size_t timed) {
   Json configs = Json::array();
   for (const auto& c : candidates_) {
     Json config;
-    config["config"] = one_line(c.name);
+    config["config"] = one_line(c.name());
     config["rank"] = c.rank;
     config["source"] = c.source;
     config["extra"] = c.extra;
@@ -139,9 +139,9 @@ void Tuner::record(const Candidate* pick, size_t timed) {
   }
   std::ostringstream line;
   line.precision(4);
-  line << "fastest: " << (pick ? pick->name : "stock's own path") << " ("
+  line << "fastest: " << (pick ? pick->name() : "stock's own path") << " ("
        << (pick ? six_digits(pick->median_ms()) : "-") << " ms) vs stock's configuration "
-       << (stock ? stock->name + " (" + six_digits(stock->median_ms()) + " ms)" : "none") << "; "
+       << (stock ? stock->name() + " (" + six_digits(stock->median_ms()) + " ms)" : "none") << "; "
        << listed_ << " candidates, " << timed << " timed, "
        << knob_configs_ << " knob configurations, tuned in " << six_digits(seconds) << " s | "
        << describe_conv(key_);

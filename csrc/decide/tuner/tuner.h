@@ -8,6 +8,7 @@
 
 #include "base/conv_key.h"
 #include "decide/choice.h"
+#include "run/direct_runner.h"
 #include "run/engine_name.h"
 #include "run/runner.h"
 
@@ -42,8 +43,7 @@ constexpr int kFirstRoundReps = 3;
 constexpr double kMinGain = 0.01;
 
 struct Candidate {
-  std::string name;   // canonical engine configuration name, or our kernel's
-  EngineName engine;  // the configuration `name` spells (none for our kernel): what builds it
+  EngineName engine;  // the engine configuration (none for our kernel): what builds it
   bool rtc = false;  // cuDNN's RUNTIME_COMPILATION behaviour note: the build compiles a kernel
   bool builds_from_name = true;  // no heuristics query to build it (see EngineCandidate)
   // Built with cuDNN's default knob values although its bare name would mean
@@ -51,6 +51,8 @@ struct Candidate {
   // entry lists, where both are the same configuration.
   bool default_knobs = false;
   bool kernel = false;  // one of our own kernels ("tca.direct"): nothing to build, never stock's
+  // As logged and picked: the configuration's canonical name, or our kernel's.
+  std::string name() const { return kernel ? std::string(kDirectKernelName) : engine.canonical; }
   int rank = -1;     // position in the heuristics' list; -1 for a knob-search configuration
   std::string source;  // the list cuDNN offered it in: "heuristics_a", "heuristics_b" or "fallback"
   bool extra = false;  // the wide search's (see wide_search)
