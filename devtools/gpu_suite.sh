@@ -42,7 +42,7 @@ case $part in
       "tests/test_upstream_samples_gpu.py tests/test_plan_blobs_gpu.py tests/test_plan_gpu.py"
       "tests/test_forward_gpu.py tests/test_engines_gpu.py tests/test_aten_arguments_gpu.py tests/test_build_toolchain_gpu.py tests/test_direct_kernels_gpu.py"
       "tests/test_fastest_tuner_gpu.py"
-      "tests/test_profile_gpu.py tests/test_reliability_gpu.py tests/test_networks_gpu.py tests/test_plan_distributed_gpu.py tests/test_tuning_db_gpu.py"
+      "tests/test_profile_gpu.py tests/test_reliability_gpu.py tests/test_networks_gpu.py tests/test_plan_distributed_gpu.py tests/test_tuning_db_gpu.py tests/test_distributed_gpu.py"
     )
     pids=()
     for i in "${!groups[@]}"; do

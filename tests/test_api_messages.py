@@ -53,7 +53,8 @@ def test_a_malformed_engine_name_says_which_part_is_wrong(value, problem):
                                         f"configuration name: {problem}; expected 'engN'"), str(caught.value)
 
 
-NAMESPACES = (torch_cudnn_algo, torch_cudnn_algo.db, torch_cudnn_algo.diagnostics, torch_cudnn_algo.energy)
+NAMESPACES = (torch_cudnn_algo, torch_cudnn_algo.db, torch_cudnn_algo.diagnostics, torch_cudnn_algo.distributed,
+              torch_cudnn_algo.energy)
 
 
 @pytest.mark.parametrize("namespace", NAMESPACES, ids=lambda m: m.__name__)

@@ -1,5 +1,6 @@
 // Built against CPython's stable ABI (Py_LIMITED_API), like the rest of the
 // extension, so one wheel serves every Python version.
+#define PY_SSIZE_T_CLEAN  // the "y#" format's length is a Py_ssize_t
 #include <Python.h>
 
 #include "base/python_bridge.h"
@@ -13,6 +14,8 @@ namespace {
 // The Python profiler callable (a strong reference), or nullptr. Read and
 // written only with the GIL held.
 PyObject* g_profiler = nullptr;
+// The Python job coordinator (a strong reference), or nullptr; the same rules.
+PyObject* g_coordinator = nullptr;
 
 // Text of the pending Python exception (cleared), for a warning.
 std::string fetch_error_text() {
@@ -120,25 +123,78 @@ std::optional<std::string> call_python_profiler(const std::string& request,
   return answer;
 }
 
+std::optional<CoordinatorAnswer> call_python_coordinator(const char* op, const std::string& scope,
+                                                         const std::string& key, const std::string* payload) {
+  if (!Py_IsInitialized()) {
+    return std::nullopt;
+  }
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  std::optional<CoordinatorAnswer> answer;
+  std::string failure;
+  if (g_coordinator != nullptr) {
+    PyObject* coordinator = g_coordinator;
+    Py_INCREF(coordinator);  // the call may replace g_coordinator
+    PyObject* result = payload == nullptr
+                           ? PyObject_CallFunction(coordinator, "sssO", op, scope.c_str(), key.c_str(), Py_None)
+                           : PyObject_CallFunction(coordinator, "sssy#", op, scope.c_str(), key.c_str(),
+                                                   payload->data(), static_cast<Py_ssize_t>(payload->size()));
+    Py_DECREF(coordinator);
+    if (result == nullptr) {
+      failure = fetch_error_text();
+    } else {
+      char* data = nullptr;
+      Py_ssize_t size = 0;
+      if (result == Py_None) {
+        answer = CoordinatorAnswer{};
+      } else if (PyBytes_Check(result) && PyBytes_AsStringAndSize(result, &data, &size) == 0) {
+        answer = CoordinatorAnswer{CoordinatorAnswer::Kind::kBytes, std::string(data, static_cast<size_t>(size))};
+      } else if (const char* utf8 = PyUnicode_Check(result) ? PyUnicode_AsUTF8AndSize(result, &size) : nullptr) {
+        answer = CoordinatorAnswer{CoordinatorAnswer::Kind::kText, std::string(utf8, static_cast<size_t>(size))};
+      } else {
+        PyErr_Clear();
+        failure = "the job coordinator returned neither None, str nor bytes";
+      }
+      Py_DECREF(result);
+    }
+  }
+  PyGILState_Release(gil);
+  if (!failure.empty()) {
+    warn_to_python("torch_cudnn_algo: the job coordinator failed (" + failure +
+                   "); this rank decides the configuration alone");
+  }
+  return answer;
+}
+
 }  // namespace torch_cudnn_algo
 
 namespace {
 
-PyObject* set_profiler(PyObject* /*module*/, PyObject* profiler) {
-  if (profiler != Py_None && !PyCallable_Check(profiler)) {
-    PyErr_SetString(PyExc_TypeError, "_set_profiler expects a callable or None");
+// Replaces *slot (a strong reference or nullptr) with `callable` (None: nullptr).
+PyObject* replace_callable(PyObject** slot, PyObject* callable, const char* setter) {
+  if (callable != Py_None && !PyCallable_Check(callable)) {
+    PyErr_Format(PyExc_TypeError, "%s expects a callable or None", setter);
     return nullptr;
   }
-  PyObject* previous = torch_cudnn_algo::g_profiler;
-  Py_XINCREF(profiler == Py_None ? nullptr : profiler);
-  torch_cudnn_algo::g_profiler = profiler == Py_None ? nullptr : profiler;
+  PyObject* previous = *slot;
+  Py_XINCREF(callable == Py_None ? nullptr : callable);
+  *slot = callable == Py_None ? nullptr : callable;
   Py_XDECREF(previous);
   Py_RETURN_NONE;
+}
+
+PyObject* set_profiler(PyObject* /*module*/, PyObject* profiler) {
+  return replace_callable(&torch_cudnn_algo::g_profiler, profiler, "_set_profiler");
+}
+
+PyObject* set_job_coordinator(PyObject* /*module*/, PyObject* coordinator) {
+  return replace_callable(&torch_cudnn_algo::g_coordinator, coordinator, "_set_job_coordinator");
 }
 
 PyMethodDef module_methods[] = {
     {"_set_profiler", set_profiler, METH_O,
      "Installs the callable the extension asks to profile a new configuration (None removes it)."},
+    {"_set_job_coordinator", set_job_coordinator, METH_O,
+     "Installs the callable through which the ranks of a job share \"fastest\" decisions (None removes it)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -146,7 +202,7 @@ PyMethodDef module_methods[] = {
 
 // `import torch_cudnn_algo._C` loads this library; its static initializers
 // register the torch.ops.torch_cudnn_algo operators. The module only carries
-// _set_profiler.
+// _set_profiler and _set_job_coordinator.
 extern "C" PyMODINIT_FUNC PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1,
                                           module_methods};

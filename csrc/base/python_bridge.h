@@ -1,6 +1,7 @@
 // The extension's only contact with CPython: the module init that lets
 // `import torch_cudnn_algo._C` load this library (which registers the ops),
-// and log lines sent to the Python logger "torch_cudnn_algo".
+// log lines sent to the Python logger "torch_cudnn_algo", and the two
+// callables the Python package installs (the profiler, the job coordinator).
 #pragma once
 
 #include <optional>
@@ -48,5 +49,19 @@ class WithoutGil {
 // reports its own failures; an exception escaping it becomes a warning).
 std::optional<std::string> call_python_profiler(const std::string& request,
                                                 const std::string& description);
+
+// What the job coordinator (torch_cudnn_algo._distributed, installed through
+// _C._set_job_coordinator) answered: nothing (None), a text or bytes.
+struct CoordinatorAnswer {
+  enum class Kind { kNone, kText, kBytes } kind = Kind::kNone;
+  std::string value;
+};
+
+// Calls the job coordinator with (op, scope, key, payload or None) and returns
+// its answer; nullopt when none is installed or it raised (one warning: the
+// caller then decides alone). Takes the GIL; the coordinator's waits on the
+// process group's store release it.
+std::optional<CoordinatorAnswer> call_python_coordinator(const char* op, const std::string& scope,
+                                                         const std::string& key, const std::string* payload);
 
 }  // namespace torch_cudnn_algo

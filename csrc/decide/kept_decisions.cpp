@@ -2,6 +2,7 @@
 
 #include "base/python_bridge.h"
 #include "decide/flag_state.h"
+#include "decide/job_sharing.h"
 #include "decide/plan.h"
 #include "decide/tuner/fastest_tuner.h"
 #include "run/direct_runner.h"
@@ -37,7 +38,7 @@ constexpr int kTunerRules = 1;
 // compilation); after it, this process tunes too.
 constexpr auto kClaimWait = std::chrono::seconds(120);
 
-std::atomic<int64_t> g_kept{0}, g_tuned{0}, g_waited{0}, g_borrowed{0};
+std::atomic<int64_t> g_kept{0}, g_tuned{0}, g_waited{0}, g_borrowed{0}, g_adopted{0}, g_shared{0};
 
 ConvKey decision_problem(ConvKey key) {
   key.algo = kNoChoice;
@@ -47,14 +48,13 @@ ConvKey decision_problem(ConvKey key) {
 
 bool is_borrowed(const Json& header) { return header.is_object() && header.contains("borrowed_from"); }
 
-// The kept decision for key, its pick's runner rebuilt from the kept
-// execution plan; nullopt when the database holds none that can serve, or
-// only a borrowed one and `accept_borrowed` is false.
-std::optional<std::pair<std::shared_ptr<const Choice>, Json>> load_decision(const ConvKey& key,
-                                                                            bool accept_borrowed) {
-  const auto entry = db_load(DbKind::kDecision, decision_key(key));
-  if (!entry) return std::nullopt;
-  Json header = Json::parse(entry->header, nullptr, /*allow_exceptions=*/false);
+// The decision `entry` holds for key, its pick's runner rebuilt from the
+// entry's execution plan; nullopt when it cannot serve here (not one of ours,
+// its plan refused here), or is borrowed and `accept_borrowed` is false.
+std::optional<std::pair<std::shared_ptr<const Choice>, Json>> decision_from_entry(const ConvKey& key,
+                                                                                  const DbEntry& entry,
+                                                                                  bool accept_borrowed) {
+  Json header = Json::parse(entry.header, nullptr, /*allow_exceptions=*/false);
   if (!header.is_object() || !header.contains("pick")) return std::nullopt;  // not one of ours
   if (is_borrowed(header) && !accept_borrowed) return std::nullopt;
   const Json& pick = header["pick"];
@@ -66,19 +66,20 @@ std::optional<std::pair<std::shared_ptr<const Choice>, Json>> load_decision(cons
     return std::make_pair(std::shared_ptr<const Choice>(std::move(choice)), std::move(header));
   }
   choice->engine = parse_engine_name(pick.get<std::string>());
-  if (!entry->blob.empty()) {
+  if (!entry.blob.empty()) {
     ConvKey problem = key;
     problem.algo = kNoChoice;
-    const auto runner = get_graph_runner_from_bytes(problem, *choice->engine, entry->blob);
+    const auto runner = get_graph_runner_from_bytes(problem, *choice->engine, entry.blob);
     if (!runner->refusal.empty()) return std::nullopt;  // cannot run here after all: tune again
   }
   return std::make_pair(std::shared_ptr<const Choice>(std::move(choice)), std::move(header));
 }
 
-// Keeps a tuning's decision, with its pick's execution plan as built here.
-void keep_decision(const ConvKey& key, const std::shared_ptr<const Choice>& choice, const std::string& log_entry) {
+// Keeps a tuning's decision, with its pick's execution plan as built here;
+// returns the entry kept.
+DbEntry keep_decision(const ConvKey& key, const std::shared_ptr<const Choice>& choice, const std::string& log_entry) {
   Json header = Json::parse(log_entry, nullptr, /*allow_exceptions=*/false);
-  if (!header.is_object()) return;
+  if (!header.is_object()) header = Json::object();
   header.erase("configs");  // the candidates' details stay in the tuning log
   header["configuration"] = Json::parse(json_request(decision_problem(key)));
   header["policy"] = "fastest";
@@ -98,6 +99,7 @@ void keep_decision(const ConvKey& key, const std::shared_ptr<const Choice>& choi
     if (bytes.why_not.empty()) entry.blob = std::move(bytes.data);
   }
   db_save(DbKind::kDecision, entry);
+  return entry;
 }
 
 std::string kept_entry(Json header) {
@@ -217,24 +219,35 @@ std::string decision_key(const ConvKey& key) {
   return text.str();
 }
 
-std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, std::string* entry, bool borrow) {
-  const auto take_kept = [&]() -> std::optional<std::shared_ptr<const Choice>> {
+namespace {
+
+// A decision of this process and the database entry that keeps it.
+struct Decided {
+  std::shared_ptr<const Choice> choice;  // nullptr: the stock path
+  DbEntry kept;
+};
+
+// The decision of this process alone (decide_fastest without a job).
+Decided decide_here(const ConvKey& key, bool retune, std::string* entry, bool borrow) {
+  const auto take_kept = [&]() -> std::optional<Decided> {
     if (retune) return std::nullopt;
-    auto kept = load_decision(key, /*accept_borrowed=*/borrow);
+    auto stored = db_load(DbKind::kDecision, decision_key(key));
+    if (!stored) return std::nullopt;
+    auto kept = decision_from_entry(key, *stored, /*accept_borrowed=*/borrow);
     if (!kept) return std::nullopt;
     g_kept.fetch_add(1, std::memory_order_relaxed);
     if (!is_borrowed(kept->second)) add_anchor(key, kept->first);
     if (entry != nullptr) *entry = kept_entry(std::move(kept->second));
-    return std::move(kept->first);
+    return Decided{std::move(kept->first), std::move(*stored)};
   };
-  if (auto kept = take_kept()) return *kept;
+  if (auto kept = take_kept()) return std::move(*kept);
   if (borrow && !retune) {
     if (auto borrowed = borrow_decision(key)) {
       g_borrowed.fetch_add(1, std::memory_order_relaxed);
       const std::string record = borrowed->second.dump(-1, ' ', false, Json::error_handler_t::replace);
-      keep_decision(key, borrowed->first, record);
+      DbEntry kept = keep_decision(key, borrowed->first, record);
       if (entry != nullptr) *entry = record;
-      return borrowed->first;
+      return Decided{std::move(borrowed->first), std::move(kept)};
     }
   }
   std::optional<DbClaim> claim;
@@ -245,14 +258,64 @@ std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, st
   if (claim->waited()) g_waited.fetch_add(1, std::memory_order_relaxed);
   // Another process of the node may have decided it since the first look,
   // while this one waited for the claim or just before it asked.
-  if (auto kept = take_kept()) return *kept;
+  if (auto kept = take_kept()) return std::move(*kept);
   std::string log_entry;
   auto choice = tune_fastest(key, &log_entry);
   g_tuned.fetch_add(1, std::memory_order_relaxed);
   add_anchor(key, choice);
-  keep_decision(key, choice, log_entry);
+  DbEntry kept = keep_decision(key, choice, log_entry);
   if (entry != nullptr) *entry = std::move(log_entry);
-  return choice;
+  return Decided{std::move(choice), std::move(kept)};
+}
+
+// Runs the decision another rank of the job made, keeping it in this rank's
+// database; nullopt when it cannot serve here (then this rank decides alone).
+std::optional<std::shared_ptr<const Choice>> adopt(const ConvKey& key, const DbEntry& decision,
+                                                   std::string* entry) {
+  std::optional<std::pair<std::shared_ptr<const Choice>, Json>> taken;
+  try {
+    taken = decision_from_entry(key, decision, /*accept_borrowed=*/true);
+  } catch (const c10::Error&) {  // a pick this build cannot parse
+  }
+  if (!taken) {
+    warn_to_python("torch_cudnn_algo: the decision another rank of the job made cannot run here; this rank "
+                   "decides alone: " + describe_conv(key));
+    return std::nullopt;
+  }
+  db_save(DbKind::kDecision, decision);
+  g_adopted.fetch_add(1, std::memory_order_relaxed);
+  if (!is_borrowed(taken->second)) add_anchor(key, taken->first);
+  if (entry != nullptr) {
+    taken->second["adopted"] = true;
+    *entry = kept_entry(std::move(taken->second));
+  }
+  return std::move(taken->first);
+}
+
+}  // namespace
+
+std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, std::string* entry, bool borrow) {
+  const JobScope scope = retune ? JobScope::kRetune : borrow ? JobScope::kOnTheFly : JobScope::kTune;
+  const std::string shared_key = decision_key(key);
+  const JobTurn turn = job_turn(scope, shared_key);
+  if (turn.role == JobTurn::Role::kAdopt) {
+    if (auto adopted = adopt(key, turn.decision, entry)) return *adopted;
+  }
+  if (turn.role != JobTurn::Role::kDecide) return decide_here(key, retune, entry, borrow).choice;
+  Decided mine;
+  try {
+    mine = decide_here(key, retune, entry, borrow);
+  } catch (...) {
+    job_abandon(scope, shared_key);
+    throw;
+  }
+  const auto job = job_publish(scope, mine.kept);
+  if (job) g_shared.fetch_add(1, std::memory_order_relaxed);
+  if (job && (job->header != mine.kept.header || job->blob != mine.kept.blob)) {
+    // Another rank stopped waiting for this one and published first: every rank runs that one.
+    if (auto adopted = adopt(key, *job, entry)) return *adopted;
+  }
+  return mine.choice;
 }
 
 MergeReport merge_tuning_db(const std::string& from_dir) {
@@ -317,8 +380,9 @@ bool has_kept_decision(const ConvKey& key) {
 }
 
 KeptDecisionCounts kept_decision_counts() {
-  return {g_kept.load(std::memory_order_relaxed), g_tuned.load(std::memory_order_relaxed),
-          g_waited.load(std::memory_order_relaxed), g_borrowed.load(std::memory_order_relaxed)};
+  return {g_kept.load(std::memory_order_relaxed),    g_tuned.load(std::memory_order_relaxed),
+          g_waited.load(std::memory_order_relaxed),  g_borrowed.load(std::memory_order_relaxed),
+          g_adopted.load(std::memory_order_relaxed), g_shared.load(std::memory_order_relaxed)};
 }
 
 void clear_borrow_anchors() {

@@ -1,7 +1,8 @@
 // "fastest" decisions kept in the tuning database (store/tuning_db.h): a
 // configuration tuned by any earlier process, rank or node sharing the
 // database is not tuned again, and its pick's execution plan comes back
-// serialized instead of being built (or compiled).
+// serialized instead of being built (or compiled). In a distributed job the
+// ranks share them (job_sharing.h): one rank decides, every rank runs it.
 //
 // A decision is valid only under what decided it, all of which is in its
 // key: the configuration (determinism and TF32 rules included), the policy,
@@ -28,7 +29,8 @@ std::string decision_key(const ConvKey& key);
 // turns it off), else tuned here and kept. Without `borrow` a borrowed
 // decision in the database is tuned over. Processes of one node meeting the
 // configuration at once tune it once: the others wait for that decision (see
-// DbClaim). `retune`: tune even when the database holds a decision. `*entry`,
+// DbClaim). In a distributed job one rank decides and the others adopt its
+// decision, keeping it in their databases (job_sharing.h). `retune`: tune even when the database holds a decision. `*entry`,
 // if given, receives the tuning-log entry, for a kept decision its recorded
 // fields with "kept": true, for a borrowed one "pick" and "borrowed_from".
 // nullptr: the stock path. Errors of the tuner propagate; the database's never do.
@@ -59,13 +61,16 @@ bool has_kept_decision(const ConvKey& key);
 
 // Monotonic counts since the process started: decisions taken from the
 // database, decisions tuned here, decisions that first waited for another
-// process of the node tuning the same configuration, and decisions borrowed
-// from a nearby size.
+// process of the node tuning the same configuration, decisions borrowed from a
+// nearby size, decisions adopted from another rank of the job, and decisions
+// this rank made for the job (published).
 struct KeptDecisionCounts {
   int64_t kept = 0;
   int64_t tuned = 0;
   int64_t waited = 0;
   int64_t borrowed = 0;
+  int64_t adopted = 0;
+  int64_t shared = 0;
 };
 KeptDecisionCounts kept_decision_counts();
 

@@ -47,9 +47,23 @@ bool fastest_decision_kept(const std::string& conv_json, bool deterministic, boo
   return has_kept_decision(user_conv_key(conv, 0, deterministic, allow_tf32, device));
 }
 
+// The tuning database's key of the convolution's "fastest" decision under the
+// settings in force (the job coordinator's name for it; nothing is built).
+std::string fastest_decision_key(const std::string& conv_json, bool deterministic, bool allow_tf32) {
+  const ConvArgument conv = parse_conv_argument(conv_json);
+  const at::Device device = query_device(conv.input, "fastest_decision_key");
+  const c10::cuda::CUDAGuard device_guard(device);
+  return decision_key(user_conv_key(conv, 0, deterministic, allow_tf32, device));
+}
+
 c10::Dict<std::string, int64_t> kept_decision_counts_op() {
   const auto c = kept_decision_counts();
-  return counts_dict({{"kept", c.kept}, {"tuned", c.tuned}, {"waited", c.waited}, {"borrowed", c.borrowed}});
+  return counts_dict({{"kept", c.kept},
+                      {"tuned", c.tuned},
+                      {"waited", c.waited},
+                      {"borrowed", c.borrowed},
+                      {"adopted", c.adopted},
+                      {"shared", c.shared}});
 }
 
 // Queues one convolution's "fastest" candidate builds to background threads
@@ -90,6 +104,7 @@ TORCH_LIBRARY_FRAGMENT(torch_cudnn_algo, m) {
   m.def("tune_fastest_conv(str conv, bool deterministic, bool allow_tf32, bool retune=False) -> str",
         &tune_fastest_conv);
   m.def("fastest_decision_kept(str conv, bool deterministic, bool allow_tf32) -> bool", &fastest_decision_kept);
+  m.def("fastest_decision_key(str conv, bool deterministic, bool allow_tf32) -> str", &fastest_decision_key);
   m.def("kept_decision_counts() -> Dict(str, int)", &kept_decision_counts_op);
   m.def("prepare_fastest_conv(str conv, bool deterministic, bool allow_tf32) -> ()", &prepare_fastest_conv);
   m.def("cancel_prepared_fastest() -> ()", &cancel_prepared_fastest);

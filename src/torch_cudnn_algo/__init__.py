@@ -10,8 +10,9 @@ restores stock PyTorch, with no override left registered.
 
 Here is what a training script uses: the flags (:data:`flags`), convolutions
 (:class:`ConvSpec`), profiling (:func:`profile`, :func:`list_algorithms`), tuning and
-plans (:func:`tune`, :func:`use_plan`, :func:`load_plan`, :class:`Plan`). Three
+plans (:func:`tune`, :func:`use_plan`, :func:`load_plan`, :class:`Plan`). Four
 namespaces hold the rest: :mod:`torch_cudnn_algo.db` (the tuning database),
+:mod:`torch_cudnn_algo.distributed` (decisions shared by the ranks of a job),
 :mod:`torch_cudnn_algo.energy` (GPU energy) and :mod:`torch_cudnn_algo.diagnostics`
 (counters and what cuDNN offers).
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 
-from . import _db, _extension, _flags, _plan, _profile, _warn, db, diagnostics, energy
+from . import _db, _distributed, _extension, _flags, _plan, _profile, _warn, db, diagnostics, distributed, energy
 from ._algorithms import DIRECTIONS
 from ._conv_spec import ConvSpec, TensorSpec
 from ._flags import flags
@@ -67,6 +68,7 @@ __all__ = [
     # namespaces
     "db",
     "diagnostics",
+    "distributed",
     "energy",
 ]
 
@@ -117,6 +119,11 @@ def _initialize() -> None:
         except Exception as exc:  # conv_profile / "fastest" then run the stock path
             _warn.warn(f"torch_cudnn_algo: could not install the profiler ({type(exc).__name__}: {exc})",
                           stacklevel=3)
+        try:
+            _distributed.install()
+        except Exception as exc:  # every rank then decides alone
+            _warn.warn(f"torch_cudnn_algo: could not install the job coordinator ({type(exc).__name__}: {exc})",
+                       stacklevel=3)
         _plan.apply_environment()  # TORCH_CUDNN_ALGO_PLAN; warns, never raises
         _db.check_environment()  # TORCH_CUDNN_ALGO_DB, TORCH_CUDNN_ALGO_DB_MAX_MB; warns, never raises
     else:
@@ -134,7 +141,7 @@ def _initialize() -> None:
 # The public classes are named as users reach them (`torch_cudnn_algo.PlanError`,
 # `torch_cudnn_algo.db.TuningDbEntry`, in reprs, tracebacks and pickles), not by the
 # private module that defines them.
-for _home in (globals(), vars(db), vars(diagnostics), vars(energy)):
+for _home in (globals(), vars(db), vars(diagnostics), vars(distributed), vars(energy)):
     for _public in _home["__all__"]:
         if isinstance(_home[_public], type):
             _home[_public].__module__ = _home["__name__"]

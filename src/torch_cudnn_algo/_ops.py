@@ -38,6 +38,7 @@ __all__ = [
     "ExecutionPlanSummary",
     "PlanEntryInForce",
     "require_gpu",
+    "set_job_coordinator",
     "set_profiler",
 ]
 
@@ -467,9 +468,22 @@ def fastest_decision_kept(conv: ConvSpec, deterministic: bool, allow_tf32: bool)
     return bool(_lib().fastest_decision_kept(_conv_json(conv), deterministic, allow_tf32))
 
 
+def fastest_decision_key(conv: ConvSpec, deterministic: bool, allow_tf32: bool) -> str:
+    """The tuning database's key of ``conv``'s "fastest" decision under the settings in force on the
+    current device (configuration, settings, GPU model, releases); nothing is built."""
+    return str(_lib().fastest_decision_key(_conv_json(conv), deterministic, allow_tf32))
+
+
+def set_job_coordinator(coordinator: Callable[[str, str, str, bytes | None], bytes | str | None] | None) -> None:
+    """Installs what the extension asks before it decides a configuration under "fastest" (see
+    ``_distributed``): ``coordinator(op, scope, key, payload)``. None removes it."""
+    importlib.import_module("torch_cudnn_algo._C")._set_job_coordinator(coordinator)
+
+
 def kept_decision_counts() -> dict[str, int]:
     """Decisions this process took from the tuning database ("kept"), tuned itself ("tuned"), waited for
-    another process to tune ("waited"), and borrowed from the same convolution at a nearby size ("borrowed")."""
+    another process to tune ("waited"), borrowed from the same convolution at a nearby size ("borrowed"),
+    adopted from another rank of the job ("adopted") and made for the job ("shared")."""
     return {str(name): int(value) for name, value in _lib().kept_decision_counts().items()}
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from . import _compile_workers, _energy, _flags, _ops
+from . import _compile_workers, _distributed, _energy, _flags, _ops
 from ._conv_spec import DIRECTION_NAMES, ConvSpec
 from ._energy import EnergySettings
 from ._plan import Plan, PlanEntry, SerializedExecutionPlan
@@ -270,20 +270,46 @@ def _decide_lowest_energy(configurations: Sequence[Configuration], plan: Plan, p
         plan[spec] = entry
 
 
+def _shared_order(configurations: Sequence[Configuration], retune: bool) -> tuple[list[Configuration], list[str]]:
+    """In a job whose ranks share decisions (``_distributed``): this rank's share claimed, and the
+    configurations ordered with its share first, so that it decides its own before it waits for
+    the others'; returns the order and the keys it claimed. Outside a job: the configurations
+    as they are."""
+    if retune:
+        _distributed.begin_retune()
+    scope = "retune" if retune else "tune"
+    keys = []
+    for spec, deterministic, allow_tf32, device in configurations:
+        with torch.cuda.device(device):
+            keys.append(_ops.fastest_decision_key(spec, deterministic, allow_tf32))
+    mine = _distributed.claim_share(keys, scope)
+    if mine is None:
+        return list(configurations), []
+    order = [c for c, m in zip(configurations, mine) if m] + [c for c, m in zip(configurations, mine) if not m]
+    return order, [k for k, m in zip(keys, mine) if m]
+
+
 def _decide_all(configurations: Sequence[Configuration], plan: Plan, policy: str, progress: bool,
                 execution_plans: bool, retune: bool) -> None:
     """Decides every configuration into ``plan`` (see :func:`tune`)."""
+    claimed: list[str] = []
+    entries: dict[ConvSpec, PlanEntry] = {}
     try:
+        order = list(configurations)
+        if policy == "fastest":
+            order, claimed = _shared_order(configurations, retune)
         if policy == "fastest" and _PREPARE_AHEAD:
             # Every configuration's candidates are built in background threads,
             # configurations side by side; each is timed once its own are built,
             # while the threads build the ones after it. The tuning database's
-            # decisions need no candidates.
-            for spec, deterministic, allow_tf32, device in configurations:
+            # decisions need no candidates, nor do those another rank of the job
+            # decides.
+            shared = bool(claimed) or _distributed.coordination().active
+            for spec, deterministic, allow_tf32, device in order[:len(claimed)] if shared else order:
                 with torch.cuda.device(device):
                     if retune or not _ops.fastest_decision_kept(spec, deterministic, allow_tf32):
                         _ops.prepare_fastest_conv(spec, deterministic, allow_tf32)
-        for spec, deterministic, allow_tf32, device in _progress(configurations, progress):
+        for spec, deterministic, allow_tf32, device in _progress(order, progress):
             with torch.cuda.device(device):
                 if policy == "fastest":
                     entry = _decide_fastest(spec, deterministic, allow_tf32, retune)
@@ -291,6 +317,9 @@ def _decide_all(configurations: Sequence[Configuration], plan: Plan, policy: str
                     entry = _decide_from_table(spec, deterministic, allow_tf32, policy)
                 if execution_plans:
                     entry = _with_execution_plan(spec, deterministic, allow_tf32, entry)
-                plan[spec] = entry
+                entries[spec] = entry
+        for spec, *_ in configurations:  # the plan lists them in the order the step met them
+            plan[spec] = entries[spec]
     finally:
         _ops.cancel_prepared_fastest()  # an interrupted tune() leaves no thread building
+        _distributed.release_claims(claimed, "retune" if retune else "tune")  # those it did not decide

@@ -1,0 +1,93 @@
+"""One rank of a job whose ranks share "fastest" decisions (torch_cudnn_algo.distributed),
+every rank on the same GPU (cuda:0), the gloo backend, the store a TCPStore that rank 0
+hosts (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE in the environment, as torchrun sets them).
+
+    python shared_decisions_job.py MODE OUT_DIR
+
+Modes:
+- ``fly``: the flags at "fastest", the default network wrapped in DistributedDataParallel,
+  three training steps (AMP fp16, channels-last);
+- ``tune``: ``torch_cudnn_algo.tune`` of the bare default network;
+- ``kill``: ``tune`` with wait_s=5, rank 1 exiting (status 3) when it is about to publish its
+  third decision.
+
+Writes OUT_DIR/rank<RANK>.json: the decisions this rank's tuning database holds (configuration
+-> pick), the plan's choices (``tune``, ``kill``), the tuner's and the coordinator's counts and
+the wall time of the mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import torch_cudnn_algo
+from torch_cudnn_algo import _distributed, _ops
+from torch_cudnn_algo._default_net import DefaultNet, default_example_inputs
+
+BATCH, IMAGE = 8, 64
+FLAGS = ("conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo")
+
+
+def die_on_third_publish() -> None:
+    publish = _distributed.JobCoordinator._publish
+
+    def dying(self, store, rank, base, payload):
+        if self.counts()["shared"] == 2:
+            os._exit(3)
+        return publish(self, store, rank, base, payload)
+
+    _distributed.JobCoordinator._publish = dying
+
+
+def main(mode: str, out_dir: Path) -> int:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.cuda.set_device(0)
+    torch.manual_seed(0)
+    model = DefaultNet().cuda().to(memory_format=torch.channels_last)
+    x = default_example_inputs(BATCH, IMAGE, "cuda")
+    report: dict = {"rank": rank}
+    dist.barrier()
+    started = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if mode == "fly":
+            for flag in FLAGS:
+                setattr(torch.backends.cudnn, flag, "fastest")
+            ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+            for _ in range(3):
+                optimizer.zero_grad(set_to_none=True)
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = ddp(x).float().square().mean()
+                loss.backward()
+                optimizer.step()
+            torch.cuda.synchronize()
+        else:
+            if mode == "kill":
+                torch_cudnn_algo.distributed.coordinate(wait_s=5.0)
+                if rank == 1:
+                    die_on_third_publish()
+            with torch.autocast("cuda", dtype=torch.float16):
+                plan = torch_cudnn_algo.tune(model, x, progress=False)
+            report["plan"] = {str(spec): str(plan[spec].choice) for spec in plan}
+    report["seconds"] = time.monotonic() - started
+    report["decisions"] = {e.key: e.header.get("pick") for e in torch_cudnn_algo.db.entries() if e.kind == "decision"}
+    report["tuner"] = _ops.kept_decision_counts()
+    report["coordinator"] = torch_cudnn_algo.distributed.sharing_counts()
+    report["warnings"] = [str(w.message) for w in caught if "torch_cudnn_algo" in str(w.message)]
+    report["gpu"] = torch.cuda.get_device_name()
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], Path(sys.argv[2])))
