@@ -95,8 +95,12 @@ def test_a_rank_killed_while_tuning_does_not_hang_the_others(tmp_path):
     assert_identical(survivors, "plan")
     configurations = len(survivors[0]["plan"])
     assert sum(r["tuner"]["tuned"] for r in survivors.values()) == configurations - 2  # rank 1 published 2
+    # The first survivor to wait out rank 1 takes it for dead (once, said once) and claims its
+    # configurations again; the other may find them decided by then, never waiting for rank 1.
+    given_up = [r["coordinator"]["given_up"] for r in survivors.values()]
+    assert 1 in given_up and set(given_up) <= {0, 1}, given_up
     for r in survivors.values():
-        assert r["coordinator"]["given_up"] == 1
-        assert [w for w in r["warnings"] if "rank 1 published no decision for 5 s" in w] != []
+        said = [w for w in r["warnings"] if "rank 1 published no decision for 5 s" in w]
+        assert len(said) == r["coordinator"]["given_up"], r["warnings"]
     print(json.dumps({"survivor_seconds": [round(r["seconds"], 2) for r in survivors.values()],
                       "wall_s": round(time.monotonic() - started, 1)}))

@@ -171,8 +171,8 @@ def make(seed, form, dtype, layout):
 def algo1_runs_it(form, x, w):
     if not reaches_cudnn(form, x, w):
         return False
-    return all(diagnostics.legacy_workspace_sizes(d, x, w, **form.kwargs(), allow_tf32=False)[1] is not None
-               for d in DIRECTIONS)
+    sizes = torch_cudnn_algo.diagnostics.legacy_workspace_sizes
+    return all(sizes(d, x, w, **form.kwargs(), allow_tf32=False)[1] is not None for d in DIRECTIONS)
 
 
 def step(config):

@@ -43,6 +43,9 @@ CHILD = textwrap.dedent("""
                       "bits": hashlib.sha256(y.cpu().numpy().tobytes()).hexdigest()}), flush=True)
 """)
 
+# A process with no job to share decisions with adopts none and publishes none.
+ALONE = {"adopted": 0, "shared": 0}
+
 
 def run_children(count: int, db: str) -> list[dict]:
     env = {**os.environ, "TORCH_CUDNN_ALGO_DB": db, "TORCH_CUDNN_ALGO_COMPILE_WORKERS": "0"}
@@ -58,9 +61,9 @@ def run_children(count: int, db: str) -> list[dict]:
 
 def test_a_later_process_takes_the_decision_and_builds_nothing(tmp_path):
     (first,) = run_children(1, str(tmp_path))
-    assert first["kept"] == {"kept": 0, "tuned": 1, "waited": 0, "borrowed": 0} and first["log"] == 1, first
+    assert first["kept"] == {"kept": 0, "tuned": 1, "waited": 0, "borrowed": 0, **ALONE} and first["log"] == 1, first
     (second,) = run_children(1, str(tmp_path))
-    assert second["kept"] == {"kept": 1, "tuned": 0, "waited": 0, "borrowed": 0} and second["log"] == 0, second
+    assert second["kept"] == {"kept": 1, "tuned": 0, "waited": 0, "borrowed": 0, **ALONE} and second["log"] == 0, second
     assert second["bits"] == first["bits"]  # the same engine ran
     assert second["plans"]["built"] == 0 and second["plans"]["deserialized"] >= 1, second
 
@@ -162,7 +165,7 @@ def length_of(entry: dict) -> int:
 def test_a_nearby_size_borrows_the_tuned_decision_and_a_later_process_loads_it(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_CUDNN_ALGO_DB", str(tmp_path))
     first = run_borrow_child(str(tmp_path))
-    assert first["kept"] == {"kept": 0, "tuned": 2, "waited": 0, "borrowed": 2}, first["kept"]
+    assert first["kept"] == {"kept": 0, "tuned": 2, "waited": 0, "borrowed": 2, **ALONE}, first["kept"]
     assert sorted(length_of(entry) for entry in first["log"]) == [8000, 16000]
     tolerance = torch_cudnn_algo._ops.tuner_tolerance("float16", False)
     assert all(error < tolerance for error in first["errors"].values()), first["errors"]
@@ -174,7 +177,7 @@ def test_a_nearby_size_borrows_the_tuned_decision_and_a_later_process_loads_it(t
         assert entry.header["borrowed_from"]["input"] == [4, 64, 1, 8000]
         assert entry.header["pick"] == anchor["pick"], (entry.header, anchor)
     second = run_borrow_child(str(tmp_path))
-    assert second["kept"] == {"kept": 4, "tuned": 0, "waited": 0, "borrowed": 0}, second["kept"]
+    assert second["kept"] == {"kept": 4, "tuned": 0, "waited": 0, "borrowed": 0, **ALONE}, second["kept"]
     assert second["log"] == [] and second["plans"]["built"] == 0, second["plans"]
 
 
@@ -193,7 +196,7 @@ def test_tune_tunes_over_a_borrowed_decision(tmp_path, monkeypatch):
 
 def test_borrowing_turned_off_tunes_every_size(tmp_path):
     result = run_borrow_child(str(tmp_path), TORCH_CUDNN_ALGO_FASTEST_BORROW="0")
-    assert result["kept"] == {"kept": 0, "tuned": 4, "waited": 0, "borrowed": 0}, result["kept"]
+    assert result["kept"] == {"kept": 0, "tuned": 4, "waited": 0, "borrowed": 0, **ALONE}, result["kept"]
 
 
 # Six configurations, each process meeting all of them in its own rotation: every pair of processes
