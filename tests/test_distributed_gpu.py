@@ -1,8 +1,9 @@
-"""GPU, one GPU shared by three processes: the ranks of a job share their "fastest"
-decisions through the process group's store (gloo, a TCPStore hosted by rank 0;
-tests/jobs/shared_decisions_job.py), on the fly in a DistributedDataParallel loop and in
-tune(). Every rank must run identical choices, each configuration tuned by exactly one rank,
-a second job tune nothing, and a rank killed while tuning must not hang the others."""
+"""GPU: the ranks of a job share their "fastest" decisions through the process group's store
+(a TCPStore hosted by rank 0; tests/jobs/shared_decisions_job.py), on the fly in a
+DistributedDataParallel loop and in tune(): three processes sharing one GPU (gloo), and, where
+two GPUs are, one process per GPU (NCCL). Every rank must run identical choices, each
+configuration tuned by exactly one rank, a second job tune nothing, and a rank killed while
+tuning must not hang the others."""
 
 from __future__ import annotations
 
@@ -28,14 +29,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_job(mode: str, out: Path, dbs: Path, timeout: float = 400) -> dict[int, dict]:
+def run_job(mode: str, out: Path, dbs: Path, timeout: float = 400, world: int = WORLD, gpu_per_rank: bool = False,
+            backend: str = "gloo") -> dict[int, dict]:
+    """Starts the job's ranks as torchrun would (all on GPU 0, or rank r on GPU r) and returns
+    each rank's report, or its exit status and output when it wrote none."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     procs = []
-    for rank in range(WORLD):
+    for rank in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE=str(WORLD), LOCAL_RANK="0", TORCH_CUDNN_ALGO_DB=str(dbs / f"rank{rank}"))
-        (dbs / f"rank{rank}").mkdir(parents=True, exist_ok=True)
+                   WORLD_SIZE=str(world), LOCAL_RANK=str(rank if gpu_per_rank else 0), JOB_DB_ROOT=str(dbs),
+                   JOB_BACKEND=backend)
         procs.append(subprocess.Popen([sys.executable, str(JOB), mode, str(out)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     reports = {}
@@ -104,3 +108,27 @@ def test_a_rank_killed_while_tuning_does_not_hang_the_others(tmp_path):
         assert len(said) == r["coordinator"]["given_up"], r["warnings"]
     print(json.dumps({"survivor_seconds": [round(r["seconds"], 2) for r in survivors.values()],
                       "wall_s": round(time.monotonic() - started, 1)}))
+
+
+# -- one process per GPU ---------------------------------------------------------------------
+
+
+@pytest.mark.multi_gpu
+def test_on_two_gpus_with_nccl_each_configuration_is_tuned_once_and_run_by_both(tmp_path):
+    fly = run_job("fly", tmp_path / "fly", tmp_path / "fly-db", world=2, gpu_per_rank=True, backend="nccl")
+    assert all("decisions" in r for r in fly.values()), fly
+    assert sorted(r["device"] for r in fly.values()) == [0, 1]
+    assert_identical(fly, "decisions")
+    assert sum(r["tuner"]["tuned"] + r["tuner"]["borrowed"] for r in fly.values()) == len(fly[0]["decisions"])
+    first = run_job("tune", tmp_path / "first", tmp_path / "db", world=2, gpu_per_rank=True, backend="nccl")
+    assert all("plan" in r for r in first.values()), first
+    assert_identical(first, "plan")
+    configurations = len(first[0]["plan"])
+    tuned = [r["tuner"]["tuned"] for r in first.values()]
+    assert sum(tuned) == configurations and min(tuned) >= configurations // 2 - 2, tuned
+    second = run_job("tune", tmp_path / "second", tmp_path / "db", world=2, gpu_per_rank=True, backend="nccl")
+    assert second[0]["plan"] == first[0]["plan"] == second[1]["plan"]
+    assert [r["tuner"]["tuned"] for r in second.values()] == [0, 0]
+    print(json.dumps({"configurations": configurations, "tuned_per_rank": tuned,
+                      "seconds_per_rank": [round(r["seconds"], 2) for r in first.values()],
+                      "second_job_seconds": [round(r["seconds"], 2) for r in second.values()]}))

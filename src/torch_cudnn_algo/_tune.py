@@ -197,6 +197,9 @@ def tune(
     decision for (made by any earlier process under the same settings, GPU
     model and releases: see docs/tuning-db.md) takes that decision instead of
     being tuned again, unless ``retune``; every decision tuned is kept there.
+    With a ``torch.distributed`` process group initialised, the ranks calling
+    ``tune`` split the ``"fastest"`` decisions among them and every rank gets
+    the same plan (:mod:`torch_cudnn_algo.distributed`, docs/distributed.md).
     Must run outside CUDA graph capture.
     """
     if policy not in POLICIES:

@@ -1,18 +1,23 @@
-"""One rank of a job whose ranks share "fastest" decisions (torch_cudnn_algo.distributed),
-every rank on the same GPU (cuda:0), the gloo backend, the store a TCPStore that rank 0
-hosts (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE in the environment, as torchrun sets them).
+"""One rank of a job whose ranks share "fastest" decisions (torch_cudnn_algo.distributed).
+The environment says what torchrun would: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+LOCAL_RANK (the rank's GPU is LOCAL_RANK modulo the GPUs there are, so ranks may share one);
+JOB_BACKEND is the process group's backend (default gloo) and JOB_DB_ROOT, when set, gives
+each rank a tuning database of its own (JOB_DB_ROOT/rank<RANK>).
 
-    python shared_decisions_job.py MODE OUT_DIR
+    python shared_decisions_job.py MODE OUT_DIR [NETWORK]
 
 Modes:
-- ``fly``: the flags at "fastest", the default network wrapped in DistributedDataParallel,
-  three training steps (AMP fp16, channels-last);
-- ``tune``: ``torch_cudnn_algo.tune`` of the bare default network;
+- ``fly``: the flags at "fastest", the network wrapped in DistributedDataParallel, three
+  training steps (AMP fp16, channels-last);
+- ``tune``: ``torch_cudnn_algo.tune`` of the bare network;
 - ``kill``: ``tune`` with wait_s=5, rank 1 exiting (status 3) when it is about to publish its
   third decision.
 
-Writes OUT_DIR/rank<RANK>.json: the decisions this rank's tuning database holds (configuration
--> pick), the plan's choices (``tune``, ``kill``), the tuner's and the coordinator's counts and
+NETWORK: ``default`` (the package's default network, batch 8 at 64x64) or a torchvision
+classifier (``mobilenet_v3_large``, ``efficientnet_b0``: batch 32 at 224x224).
+
+Writes OUT_DIR/rank<RANK>.json: the decisions this rank's tuning database holds (key ->
+pick), the plan's choices (``tune``, ``kill``), the tuner's and the coordinator's counts and
 the wall time of the mode.
 """
 
@@ -32,7 +37,7 @@ import torch_cudnn_algo
 from torch_cudnn_algo import _distributed, _ops
 from torch_cudnn_algo._default_net import DefaultNet, default_example_inputs
 
-BATCH, IMAGE = 8, 64
+BATCH, IMAGE = 8, 64  # the default network's
 FLAGS = ("conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo")
 
 
@@ -47,13 +52,26 @@ def die_on_third_publish() -> None:
     _distributed.JobCoordinator._publish = dying
 
 
-def main(mode: str, out_dir: Path) -> int:
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.cuda.set_device(0)
+def network(name: str, device: torch.device) -> tuple[torch.nn.Module, torch.Tensor]:
+    if name == "default":
+        return DefaultNet().to(device), default_example_inputs(BATCH, IMAGE, device)
+    import torchvision
+    model = getattr(torchvision.models, name)(num_classes=1000).to(device)
+    return model, torch.randn(32, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
+
+
+def main(mode: str, out_dir: Path, network_name: str) -> int:
+    rank = int(os.environ["RANK"])
+    if os.environ.get("JOB_DB_ROOT"):  # read on every use, so set before the first
+        os.environ["TORCH_CUDNN_ALGO_DB"] = str(Path(os.environ["JOB_DB_ROOT"]) / f"rank{rank}")
+        Path(os.environ["TORCH_CUDNN_ALGO_DB"]).mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    dist.init_process_group(os.environ.get("JOB_BACKEND", "gloo"), device_id=device
+                            if os.environ.get("JOB_BACKEND") == "nccl" else None)
     torch.manual_seed(0)
-    model = DefaultNet().cuda().to(memory_format=torch.channels_last)
-    x = default_example_inputs(BATCH, IMAGE, "cuda")
+    model, x = network(network_name, device)
+    model = model.to(memory_format=torch.channels_last)
     report: dict = {"rank": rank}
     dist.barrier()
     started = time.monotonic()
@@ -62,7 +80,7 @@ def main(mode: str, out_dir: Path) -> int:
         if mode == "fly":
             for flag in FLAGS:
                 setattr(torch.backends.cudnn, flag, "fastest")
-            ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
+            ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
             optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
             for _ in range(3):
                 optimizer.zero_grad(set_to_none=True)
@@ -84,10 +102,11 @@ def main(mode: str, out_dir: Path) -> int:
     report["tuner"] = _ops.kept_decision_counts()
     report["coordinator"] = torch_cudnn_algo.distributed.sharing_counts()
     report["warnings"] = [str(w.message) for w in caught if "torch_cudnn_algo" in str(w.message)]
-    report["gpu"] = torch.cuda.get_device_name()
+    report["gpu"] = torch.cuda.get_device_name(device)
+    report["device"] = device.index
     (out_dir / f"rank{rank}.json").write_text(json.dumps(report))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], Path(sys.argv[2])))
+    sys.exit(main(sys.argv[1], Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "default"))
