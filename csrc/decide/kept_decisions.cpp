@@ -227,11 +227,12 @@ struct Decided {
   DbEntry kept;
 };
 
-// The decision of this process alone (decide_fastest without a job).
-Decided decide_here(const ConvKey& key, bool retune, std::string* entry, bool borrow) {
+// The decision of this process alone (decide_fastest without a job); `db_key`
+// is decision_key(key), built once per decision.
+Decided decide_here(const ConvKey& key, const std::string& db_key, bool retune, std::string* entry, bool borrow) {
   const auto take_kept = [&]() -> std::optional<Decided> {
     if (retune) return std::nullopt;
-    auto stored = db_load(DbKind::kDecision, decision_key(key));
+    auto stored = db_load(DbKind::kDecision, db_key);
     if (!stored) return std::nullopt;
     auto kept = decision_from_entry(key, *stored, /*accept_borrowed=*/borrow);
     if (!kept) return std::nullopt;
@@ -253,7 +254,7 @@ Decided decide_here(const ConvKey& key, bool retune, std::string* entry, bool bo
   std::optional<DbClaim> claim;
   {
     const WithoutGil unlocked;  // another process's tuning may take seconds
-    claim.emplace(DbKind::kDecision, decision_key(key), kClaimWait);
+    claim.emplace(DbKind::kDecision, db_key, kClaimWait);
   }
   if (claim->waited()) g_waited.fetch_add(1, std::memory_order_relaxed);
   // Another process of the node may have decided it since the first look,
@@ -301,10 +302,10 @@ std::shared_ptr<const Choice> decide_fastest(const ConvKey& key, bool retune, st
   if (turn.role == JobTurn::Role::kAdopt) {
     if (auto adopted = adopt(key, turn.decision, entry)) return *adopted;
   }
-  if (turn.role != JobTurn::Role::kDecide) return decide_here(key, retune, entry, borrow).choice;
+  if (turn.role != JobTurn::Role::kDecide) return decide_here(key, shared_key, retune, entry, borrow).choice;
   Decided mine;
   try {
-    mine = decide_here(key, retune, entry, borrow);
+    mine = decide_here(key, shared_key, retune, entry, borrow);
   } catch (...) {
     job_abandon(scope, shared_key);
     throw;
