@@ -1,5 +1,6 @@
 """torch.compile (default and max-autotune) against eager, each with stock's choices and with a
-tuned plan: GPU time per training step and compile time on the zoo's networks.
+tuned plan: GPU time per training step, its convolutions' time against their roofline bound, wall
+time per step and compile time on the zoo's networks.
 
     python benchmarks/compiled.py --help
 

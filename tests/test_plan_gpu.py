@@ -21,6 +21,7 @@ import torch
 
 import torch_cudnn_algo
 from torch_cudnn_algo import ConvSpec, Plan
+from torch_cudnn_algo._tune import collect_configurations
 
 from plan_checks import check_mismatch_warns_and_strict_refuses
 
@@ -229,3 +230,43 @@ def test_torchvision_network_under_its_plan_is_as_close_to_float64_as_stock() ->
     for index, what in enumerate(("logits", "grads")):
         error_plan, error_stock = rel(planned[index], reference[index]), rel(stock[index], reference[index])
         assert error_plan <= max(2 * error_stock, 1e-3), (what, error_plan, error_stock)
+
+
+def inverted_residual_net() -> torch.nn.Module:
+    """The convolutions of the zoo's depthwise and grouped networks in one small model: a
+    stride-2 stem, 1x1 expansion and projection, depthwise 3x3 and stride-2 5x5, a grouped 3x3
+    with 8 channels per group."""
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 64, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, 1, 1, groups=64, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.Conv2d(64, 64, 5, 2, 2, groups=64, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.Conv2d(64, 24, 1, bias=False), nn.BatchNorm2d(24),
+        nn.Conv2d(24, 64, 3, 1, 1, groups=8, bias=False), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+
+def test_a_plan_tuned_in_eager_covers_every_convolution_of_the_compiled_step() -> None:
+    """torch.compile (default mode, Inductor's layout choices as users get them) calls ATen's
+    convolutions with the eager step's configurations: the plan tune() made on the eager model
+    has an entry for each, and every one of them runs its entry in the compiled step."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = inverted_residual_net().cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(16, 3, 64, 64, device="cuda").to(memory_format=torch.channels_last)
+    try:
+        with torch.autocast("cuda", dtype=torch.float16):
+            plan = torch_cudnn_algo.tune(model, x, progress=False)
+            compiled = torch.compile(model)
+            compiled(x).float().sum().backward()  # compiles forward and backward
+            met = collect_configurations(compiled, x)  # what the compiled step meets
+        missing = [str(spec) for spec, *_ in met if spec not in plan]
+        assert len(met) >= 12 and not missing, (len(met), missing)
+        with torch_cudnn_algo.use_plan(plan), torch.autocast("cuda", dtype=torch.float16):
+            compiled(x).float().sum().backward()
+            counts = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
+        ran = {label for label, runs in counts.items() if runs > 0}
+        assert {str(spec) for spec, *_ in met} <= ran, sorted({str(spec) for spec, *_ in met} - ran)
+    finally:
+        torch._dynamo.reset()

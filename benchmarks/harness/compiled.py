@@ -1,14 +1,20 @@
 """torch.compile against eager, each with stock's choices and with a tuned plan: GPU time per
-training step and compile time, on the zoo's networks.
+training step, its convolutions' time against their roofline bound, wall time per step and compile
+time, on the zoo's networks.
 
     python benchmarks/compiled.py [--networks efficientnet_b0,regnety_016] [--compile-modes default,max-autotune]
                                   [--repeats 5] [--replays 20] [--child-timeout 900] [--out benchmarks/results]
                                   [--children "max-autotune stock"] [--plan-dir DIR] [--merge] [--devices 0,1]
-                                  [--inductor-cache DIR]
+                                  [--inductor-cache DIR] [--baseline benchmark|heuristics]
     python benchmarks/compiled.py --render FILE.json      # no GPU
 
 Per network, fresh child processes: a ``tune`` child makes the plan (``tune()`` on the eager
-step, saved to a file); an ``eager`` child and one child per compile mode and choice measure.
+step against stock's heuristics, saved to a file); an ``eager`` child and one child per compile
+mode and choice measure. Stock is ``--baseline``'s: ``benchmark`` (the default) sets
+``torch.backends.cudnn.benchmark = True`` in every measuring child before its first convolution
+(benchmark=True shares its plan cache with heuristics mode, so it holds for the child's whole
+life), and the plan then runs benchmark=True's picks where it leaves a convolution to stock;
+``heuristics`` leaves it False. ``<mode> stock`` is stock's choices under that baseline.
 Inductor's ``max-autotune`` (compiled as ``max-autotune-no-cudagraphs``: the same kernel choices,
 without CUDA graph trees nested in this benchmark's own capture) times ATen's convolution (which the plan steers) against its Triton
 templates while it compiles, so its stock and plan variants compile in separate children; the
@@ -23,6 +29,17 @@ eager steps where capture fails. Every child also times the *eager stock* step, 
 its own process: ratios across children (a max-autotune child against another) divide each
 child's time by its own eager-stock time first, since GPU clocks differ between processes by more
 than what is measured.
+
+After the GPU timing, per variant with its model and choice in force: wall time, host ms per
+step of uncaptured steps back to back, what the mode gives without CUDA graphs (the
+graph-replayed GPU time of ``default`` is what ``mode="reduce-overhead"`` gives on the GPU),
+measured before any profiling, which slows the host's later steps; then convolution time:
+torch.profiler over a few uncaptured steps sums the GPU time of the ATen ``convolution`` and
+``convolution_backward`` ops and of the Triton templates Inductor runs convolutions as
+(max-autotune; they run outside those ops); the eager step's convolution calls, recorded
+once per child by a dispatch mode (``conv_time.py``), give each profiled row its roofline bound
+(``roofline.py``, the GPU's peaks). A failure there is recorded in the child's
+``errors`` beside its GPU times.
 
 A max-autotune child can compile for longer than one sitting on a GPU allows for the whole
 network: ``--children`` runs some of a network's children, ``--plan-dir`` keeps each network's plan
@@ -42,7 +59,8 @@ beside the kernels' sources) and skips the choices it finds, so a child cut off 
 child of that folder ran are added up in its ``seconds-spent`` file; a resumed child's compile time
 is reported as its own plus the earlier runs' (which also include those runs' eager timing).
 
-Writes ``<out>/compiled-<gpu>-<date>.json`` and ``.md``.
+Writes ``<out>/compiled-<gpu>-<date>.json`` (with the baseline; ``--merge`` adds only to a file of
+the same baseline) and ``.md``.
 """
 
 from __future__ import annotations
@@ -58,13 +76,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cli import child_environment
 from .config import CHILD_RESULT_PREFIX
-from .networks import ZOO
+from .networks import ZOO, Trainer
 from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, write_json
-from .stats import median, num, rotated
+from .stats import median, num, ratio, rotated
+from .step_profile import CONV_OPS, shapes_text
+
+if TYPE_CHECKING:
+    from .conv_time import ConvCall
+    from .roofline import Peaks
 
 SCRIPT = REPO_ROOT / "benchmarks" / "compiled.py"
 COMPILE_MODES = ("default", "max-autotune")
@@ -76,6 +99,12 @@ CHOICES = ("stock", "plan")
 # The depthwise and grouped networks of the zoo, where the plan's choices differ most from stock's.
 DEFAULT_NETWORKS = ("mobilenet_v3_large", "efficientnet_b0", "regnety_016", "resnext50_32x4d", "conv_tasnet")
 EAGER_REFERENCE = "eager stock"  # what every child also times, for ratios across children
+BASELINES = ("benchmark", "heuristics")  # stock as torch.backends.cudnn.benchmark = True, or False
+BASELINE_OF_UNLABELLED_REPORTS = "heuristics"  # files written before the baseline was recorded ran with benchmark=False
+PROFILED_STEPS, PROFILE_WARM_UP = 3, 2  # per variant, for its convolution time
+WALL_STEPS, WALL_WARM_UP = 10, 2  # per variant, uncaptured steps back to back
+KEPT_CONV_ROWS = 40  # of the costliest convolution rows per variant, in the JSON
+TOP_EAGER_CONV_ROWS = 10  # rendered per network
 
 
 def variants_of(child: str) -> tuple[str, ...]:
@@ -157,9 +186,92 @@ def child_tune(network: str, plan_path: Path) -> dict:
             "plan_non_stock_entries": non_stock_entries(plan)}
 
 
-def child_measure(network: str, child: str, plan_path: Path, repeats: int, replays: int) -> dict:
+def wall_ms_per_step(trainer: Trainer) -> float:
+    """Host wall ms per step of ``WALL_STEPS`` uncaptured steps back to back, after
+    ``WALL_WARM_UP``: what a run without CUDA graphs sees (eager, or a compiled mode's own)."""
+    from .timing import steps_wall_cpu_ms
+
+    for _ in range(WALL_WARM_UP):
+        trainer.step()
+    wall_ms, _cpu_ms = steps_wall_cpu_ms(trainer, WALL_STEPS)
+    return wall_ms
+
+
+def conv_entry(profile: dict, calls: list[ConvCall] | None, peaks: Peaks | None) -> dict:
+    """A variant's convolution time as the result keeps it: its costliest rows, and their
+    roofline summary (None without recorded calls or without the GPU's peaks)."""
+    from .conv_time import roofline_summary
+
+    roofline = None if calls is None or peaks is None else roofline_summary(profile["rows"], calls, peaks)
+    if roofline is not None:
+        roofline["rows"] = costliest(roofline["rows"], KEPT_CONV_ROWS)
+    return {**profile, "rows": costliest(profile["rows"], KEPT_CONV_ROWS), "roofline": roofline}
+
+
+def costliest(rows: list[dict], count: int) -> list[dict]:
+    return sorted(rows, key=lambda row: -row["gpu_us"])[:count]
+
+
+def measure_convolutions(trainer: Trainer, labels: Sequence[str],
+                         variants: dict[str, Callable[[], contextlib.AbstractContextManager]],
+                         models: dict[str, object], plan: object) -> tuple[dict, dict[str, str]]:
+    """Each of ``labels``'s wall ms per step, then its convolution time per step (profiled
+    uncaptured, its model and choice in force) against the roofline bound of the eager step's
+    convolution calls (recorded once, stock's choices); and the errors of what failed. The wall
+    times come first: after a torch.profiler session the host ran the step slower (mobilenet_v3_large
+    on an H200: 21-29 ms before, 28-35 ms after)."""
+    out: dict[str, Any] = {"wall_ms": {}}
+    errors: dict[str, str] = {}
+    for label in labels:
+        trainer.model = models[label]
+        try:
+            with variants[label]():
+                out["wall_ms"][label] = wall_ms_per_step(trainer)
+        except Exception as exc:  # noqa: BLE001 - recorded; the graph timings stand
+            errors[f"{label} wall"] = error_text(exc)
+    profiled, profile_errors = profile_convolutions(trainer, labels, variants, models, plan)
+    return {**out, **profiled}, {**errors, **profile_errors}
+
+
+def profile_convolutions(trainer: Trainer, labels: Sequence[str],
+                         variants: dict[str, Callable[[], contextlib.AbstractContextManager]],
+                         models: dict[str, object], plan: object) -> tuple[dict, dict[str, str]]:
+    """Each of ``labels``'s convolution time per step and its roofline summary (``conv``), the
+    GPU's peaks and the eager step's convolution calls per step; and the errors of what failed."""
+    import torch
+
+    from .conv_time import profile_conv_time, record_conv_calls
+    from .roofline import peaks_of
+
+    out: dict[str, Any] = {"conv": {}}
+    errors: dict[str, str] = {}
+    peaks = peaks_of(torch.cuda.get_device_name())
+    out["peaks"] = peaks.name if peaks else None  # None: no figures for this GPU, so no bound
+    calls = None
+    trainer.model = models[EAGER_REFERENCE]  # every mode runs the eager step's convolution problems
+    try:
+        with choice_in_force("stock", plan):
+            calls = record_conv_calls(trainer.step)
+        out["conv_calls_per_step"] = len(calls)
+    except Exception as exc:  # noqa: BLE001 - recorded; the times stand without a bound
+        errors["conv calls"] = f"recording the eager step's convolution calls: {error_text(exc)}"
+    for label in labels:
+        trainer.model = models[label]
+        try:
+            with variants[label]():
+                profile = profile_conv_time(trainer.step, PROFILED_STEPS, PROFILE_WARM_UP)
+            out["conv"][label] = conv_entry(profile, calls, peaks)
+        except Exception as exc:  # noqa: BLE001 - recorded; the graph timings stand
+            errors[f"{label} conv profile"] = error_text(exc)
+    return out, errors
+
+
+def child_measure(network: str, child: str, plan_path: Path, repeats: int, replays: int,
+                  baseline: str = "benchmark") -> dict:
     """One measuring child: compiles (unless eager) with its choice in force, times its first
-    step (the compile), then the GPU time of its variants and of the eager-stock reference."""
+    step (the compile), then the GPU time of its variants and of the eager-stock reference, then
+    each variant's convolution time, roofline bound and wall time per step. Stock is the
+    ``baseline``'s: ``benchmark=True`` or cuDNN's heuristics, set before any convolution runs."""
     import torch
     import torch_cudnn_algo
 
@@ -169,7 +281,11 @@ def child_measure(network: str, child: str, plan_path: Path, repeats: int, repla
     if not torch_cudnn_algo.is_available():
         raise RuntimeError(f"the torch_cudnn_algo extension is not loaded: {torch_cudnn_algo.load_error()}")
     plan = torch_cudnn_algo.load_plan(plan_path)
-    trainer, _ = build_trainer(network, "cuda")
+    trainer, _ = build_trainer(network, "cuda")  # sets benchmark=False with the network's numerics
+    # Stock's benchmark=True shares its plan cache with heuristics mode: set for the child's whole
+    # life, before the first convolution, so every variant sees one stock. The plan variant runs
+    # benchmark=True's picks where the plan leaves a convolution to stock.
+    torch.backends.cudnn.benchmark = baseline == "benchmark"
     warm_up_cuda()
     eager_model = trainer.model
     result: dict[str, object] = {}
@@ -194,6 +310,12 @@ def child_measure(network: str, child: str, plan_path: Path, repeats: int, repla
     result.update(time_variants(trainer, variants, models, repeats, replays))
     after = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
     result["plan_entry_runs"] = sum(after.values()) - sum(before.values())  # the plan steered the calls
+    try:
+        measured, errors = measure_convolutions(trainer, variants_of(child), variants, models, plan)
+    except Exception as exc:  # noqa: BLE001 - recorded; the graph timings stand
+        measured, errors = {}, {"conv": error_text(exc)}
+    result.update(measured)
+    result["errors"].update(errors)
     return result
 
 
@@ -281,13 +403,15 @@ def run_on_devices(names: Sequence[str], run_one: Callable[[str, Any], None], de
 def measure_network(network: str, compile_modes: Sequence[str], repeats: int, replays: int,
                     timeout_s: float, checkpoint: Callable[[dict], None] = lambda record: None,
                     only: Sequence[str] | None = None, plan_dir: Path | None = None,
-                    devices: Sequence[int] | None = None, inductor_cache: Path | None = None) -> dict:
+                    devices: Sequence[int] | None = None, inductor_cache: Path | None = None,
+                    baseline: str = "benchmark") -> dict:
     """The network's children (those named in ``only``, if given), in turn or, given ``devices``,
     at once one a GPU; ``checkpoint`` gets the record so far after each one, so a run stopped
     from outside (max-autotune compiles for minutes) keeps what it measured. With ``plan_dir``,
     the plan is ``<plan_dir>/<network>.json``: tuned and kept there if missing, else measured as
     found. With ``inductor_cache``, each measuring child's Inductor cache is kept there (see the
-    module's text) and a child resuming one records the earlier runs' seconds."""
+    module's text) and a child resuming one records the earlier runs' seconds. Stock is the
+    ``baseline``'s (``benchmark``: ``benchmark=True``; ``heuristics``), in every measuring child."""
     record: dict[str, object] = {"name": network, "children": {}}
     with tempfile.TemporaryDirectory(prefix="compiled-") as scratch:
         plan_path = plan_dir / f"{network}.json" if plan_dir else Path(scratch) / "plan.json"
@@ -313,7 +437,8 @@ def measure_network(network: str, compile_modes: Sequence[str], repeats: int, re
             earlier_s = spent_seconds(cache)
             started = time.perf_counter()
             result = run_child(["--child", "measure", "--network", network, "--plan-path", str(plan_path),
-                                "--which", child, "--repeats", str(repeats), "--replays", str(replays)],
+                                "--which", child, "--repeats", str(repeats), "--replays", str(replays),
+                                "--baseline", baseline],
                                timeout_s, child_env(str(cache), device))
             result["child_seconds"] = time.perf_counter() - started
             add_spent_seconds(cache, result["child_seconds"])
@@ -352,14 +477,20 @@ def merged(earlier: dict | None, record: dict) -> dict:
             "setup": earlier.get("setup", {}) if "plan_from" in setup else setup}
 
 
-def variant_ms(record: dict) -> dict[str, float | None]:
-    """Each variant's median GPU ms; the eager child's reference is the ``eager stock`` variant."""
+def per_variant(record: dict, field: str) -> dict[str, Any]:
+    """Each variant's ``field`` (a child's result holds it by variant label) from the child that
+    measured it; the eager child's reference is the ``eager stock`` variant."""
     out = {}
     for child, result in record.get("children", {}).items():
-        for label, ms in (result.get("median_ms") or {}).items():
+        for label, value in (result.get(field) or {}).items():
             if label != EAGER_REFERENCE or child == "eager":
-                out[label] = ms
+                out[label] = value
     return out
+
+
+def variant_ms(record: dict) -> dict[str, float | None]:
+    """Each variant's median GPU ms."""
+    return per_variant(record, "median_ms")
 
 
 def normalised(record: dict) -> dict[str, float]:
@@ -386,10 +517,130 @@ def compile_seconds(result: dict) -> str:
     return f"{text} + {earlier:.0f} earlier" if earlier and result.get("first_step_s") is not None else text
 
 
+def baseline_of(report: dict) -> str:
+    return report.get("baseline", BASELINE_OF_UNLABELLED_REPORTS)
+
+
+BASELINE_TEXT = {
+    "benchmark": "Stock: `torch.backends.cudnn.benchmark = True` in every measuring child (the plan runs its "
+                 "picks where it leaves a convolution to stock).",
+    "heuristics": "Stock: cuDNN's heuristics (`torch.backends.cudnn.benchmark = False`).",
+}
+
+
+def conv_ms(entry: dict | None) -> float | None:
+    """A variant's convolution GPU ms per step: the ATen convolution ops' and Inductor's Triton
+    convolution templates' (which run outside them)."""
+    return None if entry is None else (entry["conv_us"] + entry.get("triton_conv_us", 0.0)) / 1e3
+
+
+def bound_ms(*entries: dict | None) -> float | None:
+    """The roofline bound of the step's convolutions, from the first entry that has one (every
+    variant of a network joins the same recorded calls)."""
+    for entry in entries:
+        roofline = (entry or {}).get("roofline")
+        if roofline:
+            return roofline["bound_us"] / 1e3
+    return None
+
+
+def peaks_named(report: dict) -> str | None:
+    """The GPU whose peaks the children's bounds used."""
+    return next((result["peaks"] for record in report["networks"] for result in record.get("children", {}).values()
+                 if result.get("peaks")), None)
+
+
+def conv_time_lines(report: dict) -> list[str]:
+    """The table of convolution time per step, bound and wall time, per network and mode."""
+    peaks = peaks_named(report)
+    lines = ["", "## Convolution time per step", "",
+             f"GPU ms of the convolutions per training step, from torch.profiler over {PROFILED_STEPS} uncaptured "
+             "steps of each variant (its model and choice in force): the ATen `convolution` and "
+             "`convolution_backward` ops and all they launch, and the Triton templates Inductor runs convolutions "
+             "as (max-autotune), which run outside them; Triton kernels that only fused a convolution's neighbours "
+             "(batch norm, a bias, an activation) do not count. *conv gain* = stock / plan. "
+             "*bound*: the roofline bound of the eager step's convolution calls (" +
+             (f"{peaks} peaks" if peaks else "no peaks known for this GPU: no bound") +
+             ", `roofline.py`: the multiply-adds at the tensor cores' peak or the three tensors once at the memory's "
+             "peak, each gradient of a backward call one such bound); the modes of a network run the same "
+             "convolutions. *plan conv / bound*: the plan's convolution time in multiples of the bound (1: at the "
+             "roofline). The first table's GPU times replay the whole step in a CUDA graph: for `default`, that is "
+             "what `torch.compile(mode=\"reduce-overhead\")` (the same kernels under CUDA graphs) gives on the "
+             f"GPU. *wall ms*: host wall time per step of {WALL_STEPS} uncaptured steps back to back, the GPU "
+             "drained at the end, before any profiling: what the mode takes without CUDA graphs (eager, or "
+             "`torch.compile` in that mode).",
+             "", "| network | mode | conv ms stock / plan | conv gain | bound ms | plan conv / bound | wall ms stock / "
+             "plan |",
+             "|---|---|--:|--:|--:|--:|--:|"]
+    for record in report["networks"]:
+        conv, wall = per_variant(record, "conv"), per_variant(record, "wall_ms")
+        for mode in ("eager", *report["compile_modes"]):
+            stock, plan = conv.get(f"{mode} stock"), conv.get(f"{mode} plan")
+            stock_ms, plan_ms, bound = conv_ms(stock), conv_ms(plan), bound_ms(plan, stock)
+            lines.append(f"| {record['name']} | {mode} | {num(stock_ms, 2)} / {num(plan_ms, 2)} | "
+                         f"{num(ratio(stock_ms, plan_ms), 3)} | {num(bound, 2)} | {num(ratio(plan_ms, bound), 2)} | "
+                         f"{num(wall.get(f'{mode} stock'), 2)} / {num(wall.get(f'{mode} plan'), 2)} |")
+    return lines
+
+
+def us_as_ms(us: float | None) -> float | None:
+    return None if us is None else us / 1e3
+
+
+def eager_conv_rows_lines(record: dict) -> list[str]:
+    """The plan's costliest convolution rows of the eager step, beside stock's and the bound."""
+    conv = per_variant(record, "conv")
+    plan, stock = conv.get("eager plan"), conv.get("eager stock") or {}
+    if plan is None:
+        return []
+    rows = plan["roofline"]["rows"] if plan.get("roofline") else plan["rows"]
+    stock_us = {(row["op"], row["shapes"]): row["gpu_us"] for row in stock.get("rows", [])}
+    lines = ["", f"### {record['name']}", "",
+             "| op | tensor shapes | calls | stock ms | plan ms | bound ms | % of bound | TB/s |",
+             "|---|---|--:|--:|--:|--:|--:|--:|"]
+    for row in costliest(rows, TOP_EAGER_CONV_ROWS):
+        fraction = row.get("fraction")
+        percent_of_bound = None if fraction is None else 100 * fraction
+        lines.append(f"| {CONV_OPS[row['op']]} | {shapes_text(row['shapes'])} | {row['calls']:g} | "
+                     f"{num(us_as_ms(stock_us.get((row['op'], row['shapes']))), 3)} | {num(row['gpu_us'] / 1e3, 3)} | "
+                     f"{num(us_as_ms(row.get('bound_us')), 3)} | {num(percent_of_bound, 0)} | "
+                     f"{num(row.get('tb_per_s'), 2)} |")
+    return lines
+
+
+def eager_conv_rows_section(report: dict) -> list[str]:
+    tables = [line for record in report["networks"] for line in eager_conv_rows_lines(record)]
+    if not tables:
+        return []
+    return ["", "## The plan's costliest convolutions, eager", "",
+            "Per network, the eager step's convolution rows (an ATen op and its tensors' shapes; ms per step, all "
+            "calls of the row) where the plan spends most, beside stock's time of the same row and the row's "
+            "roofline bound. *% of bound*: bound / plan ms (100: at the roofline); *TB/s*: the plan's, reading "
+            "and writing each of the three tensors once per direction.", *tables]
+
+
+def has_conv_time(report: dict) -> bool:
+    return any(result.get("conv") for record in report["networks"] for result in record.get("children", {}).values())
+
+
+def error_lines(report: dict) -> list[str]:
+    """A child that failed, and what a child recorded as failing while it measured (a capture
+    timed by events instead, a profile or wall time that failed)."""
+    lines = []
+    for record in report["networks"]:
+        for child, result in (("tune", record.get("setup", {})), *record.get("children", {}).items()):
+            if "error" in result:
+                lines.append(f"- {record['name']} {child}: {result['error']}")
+            lines += [f"- {record['name']} {child} ({what}): {message}"
+                      for what, message in (result.get("errors") or {}).items()]
+    return lines
+
+
 def render(report: dict) -> str:
     lines = ["# torch.compile and the plan: GPU time per training step", "",
              f"{report['device']}, torch {report['torch']}, cuDNN {report['cudnn']}, {report['date']}. "
-             "Command: " + "; ".join(f"`python benchmarks/compiled.py {argv}`" for argv in commands(report)) + ".", "",
+             f"{BASELINE_TEXT[baseline_of(report)]} Command: " +
+             "; ".join(f"`python benchmarks/compiled.py {argv}`" for argv in commands(report)) + ".", "",
              "GPU ms per step by CUDA-graph replay (median of the repeats). Each cell is measured in the child "
              "that ran it; *vs eager stock* divides it by that child's own eager-stock step, so cells from "
              "different children compare. *plan gain* = stock / plan of the same mode (above 1: the plan "
@@ -429,9 +680,9 @@ def render(report: dict) -> str:
     if placed:
         lines += ["", "Children that ran at once, each on its own GPU of the machine (GPU index): " +
                   ", ".join(f"{name} {index}" for name, index in placed.items()) + "."]
-    errors = [f"- {record['name']} {child}: {result['error']}" for record in report["networks"]
-              for child, result in (("tune", record.get("setup", {})), *record.get("children", {}).items())
-              if "error" in result]
+    if has_conv_time(report):
+        lines += conv_time_lines(report) + eager_conv_rows_section(report)
+    errors = error_lines(report)
     if errors:
         lines += ["", "## Errors", "", *errors]
     return "\n".join(lines) + "\n"
@@ -459,6 +710,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inductor-cache", type=Path, metavar="DIR", help="keep each child's Inductor cache in "
                         "DIR/<network>/<child>: a child cut off by --child-timeout resumes there in a later run "
                         "(with --merge), its compile seconds adding the earlier runs'")
+    parser.add_argument("--baseline", choices=BASELINES, default="benchmark", help="stock as "
+                        "torch.backends.cudnn.benchmark = True (benchmark, the default) or False (heuristics), set "
+                        "in every measuring child from its start (with benchmark, the plan runs benchmark=True's "
+                        "picks where it leaves a convolution to stock)")
     parser.add_argument("--render", type=Path, metavar="JSON", help="print the markdown of a saved result; no GPU")
     parser.add_argument("--child", choices=("tune", "measure"), help=argparse.SUPPRESS)
     parser.add_argument("--network", help=argparse.SUPPRESS)
@@ -473,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.child == "tune":
                 result = child_tune(args.network, args.plan_path)
             else:
-                result = child_measure(args.network, args.which, args.plan_path, args.repeats, args.replays)
+                result = child_measure(args.network, args.which, args.plan_path, args.repeats, args.replays,
+                                       args.baseline)
         except Exception as exc:  # noqa: BLE001 - the parent records it
             result = {"error": error_text(exc)}
         print(CHILD_RESULT_PREFIX + json.dumps(result), flush=True)
@@ -500,11 +756,15 @@ def main(argv: list[str] | None = None) -> int:
         devices = [int(field) for field in fields]
     env = environment()
     report = {"device": env.get("device"), "torch": env.get("torch"), "cudnn": env.get("cudnn"), "date": now_iso()[:10],
-              "argv": " ".join(argv if argv is not None else sys.argv[1:]), "compile_modes": modes, "networks": []}
+              "argv": " ".join(argv if argv is not None else sys.argv[1:]), "baseline": args.baseline,
+              "compile_modes": modes, "networks": []}
     stem = args.out / f"compiled-{device_slug(report['device'])}-{report['date']}"
     earlier: dict[str, dict] = {}
     if args.merge and stem.with_suffix(".json").exists():
         before = json.loads(stem.with_suffix(".json").read_text())
+        if baseline_of(before) != args.baseline:
+            parser.error(f"--merge: the day's file measured stock as --baseline {baseline_of(before)}, this run as "
+                         f"{args.baseline}; one file holds one baseline")
         earlier = {record["name"]: record for record in before["networks"]}
         report["argv"] = [*commands(before), report["argv"]]
         report["compile_modes"] = [mode for mode in COMPILE_MODES if mode in {*before["compile_modes"], *modes}]
@@ -535,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint(measure_network(network, modes, args.repeats, args.replays, args.child_timeout,
                                    checkpoint=checkpoint, only=only, plan_dir=args.plan_dir,
                                    devices=group if group is not None else devices,
-                                   inductor_cache=args.inductor_cache))
+                                   inductor_cache=args.inductor_cache, baseline=args.baseline))
 
     run_on_devices(networks, run_network, groups if len(groups) > 1 else None)
     print(save([records[name] for name in networks if name in records]), end="")

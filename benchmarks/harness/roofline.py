@@ -6,13 +6,16 @@ csrc/base/conv_key.cpp).
 The bound is the roofline's: a convolution cannot run faster than its multiply-adds at the
 tensor cores' peak, nor than reading its input and weight and writing its output once at the
 memory's peak. Every direction (forward, backward-data, backward-filter) does the forward's
-multiply-adds and touches the same three tensors, so they share the bound.
+multiply-adds and touches the same three tensors, so they share the bound. ``conv_bound_of``
+gives the same bound from the tensors' sizes and dtype, as a training step's recorded calls have
+them (``conv_time.py``).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 class Peaks(NamedTuple):
@@ -63,6 +66,11 @@ class ConvBound(NamedTuple):
     def tb_per_s(self, ms: float) -> float:
         return self.bytes / (ms * 1e-3) / 1e12
 
+    def times(self, count: int) -> ConvBound:
+        """The bound of ``count`` such convolutions (a backward call computing both gradients is
+        two directions, each with the forward's bound)."""
+        return self._replace(flops=self.flops * count, bytes=self.bytes * count, bound_ms=self.bound_ms * count)
+
 
 def _sizes(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
@@ -74,15 +82,23 @@ def conv_bound(description: str, peaks: Peaks = H100) -> ConvBound:
     match = _DESCRIPTION.match(description)
     if match is None:
         raise ValueError(f"not a convolution description: {description!r}")
-    x, w, y = (_sizes(match[name]) for name in ("input", "weight", "output"))
-    dtype = match["dtype"]
+    return conv_bound_of(_sizes(match["input"]), _sizes(match["weight"]), _sizes(match["output"]), match["dtype"],
+                         transposed=bool(match["transposed"]), allow_tf32=match["tf32"] == "True", peaks=peaks)
+
+
+def conv_bound_of(x: Sequence[int], w: Sequence[int], y: Sequence[int], dtype: str, transposed: bool,
+                  allow_tf32: bool, peaks: Peaks = H100) -> ConvBound:
+    """The bound of one direction of the convolution of input ``x``, weight ``w`` and output ``y``
+    (the user's sizes; ``dtype`` as torch names it without ``torch.``, such as ``float16``) on
+    the GPU of ``peaks``; ValueError for a dtype without figures here."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"no roofline figures for dtype {dtype!r}")
     # Each output element of the (cuDNN forward) problem sums prod(w[1:]) products; for a
     # transposed convolution that problem's output is the user's input.
-    macs = math.prod(x if match["transposed"] else y) * math.prod(w[1:])
+    macs = math.prod(x if transposed else y) * math.prod(w[1:])
     flops = 2.0 * macs
-    size = DTYPE_BYTES[dtype]
-    traffic = float(math.prod(x) + math.prod(w) + math.prod(y)) * size
-    peak = peaks.tflops["tf32" if dtype == "float32" and match["tf32"] == "True" else dtype]
+    traffic = float(math.prod(x) + math.prod(w) + math.prod(y)) * DTYPE_BYTES[dtype]
+    peak = peaks.tflops["tf32" if dtype == "float32" and allow_tf32 else dtype]
     compute_ms = flops / (peak * 1e12) * 1e3
     memory_ms = traffic / (peaks.tb_per_s * 1e12) * 1e3
     return ConvBound(flops, traffic, peak, max(compute_ms, memory_ms), memory_ms >= compute_ms)

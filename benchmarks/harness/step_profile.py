@@ -33,11 +33,14 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .networks import ZOO
 from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, publish, write_json
 from .stats import num
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_NETWORKS = ("mobilenet_v3_large", "efficientnet_b0", "conv_tasnet")
 CONV_OPS = {"aten::convolution": "forward", "aten::convolution_backward": "backward"}
@@ -74,9 +77,9 @@ def conv_rows(averages: Iterable[object], steps: int) -> list[OpRow]:
             for a in averages if a.key in CONV_OPS]
 
 
-def profile_step(step: Callable[[], None], steps: int, warm_up: int) -> dict:
-    """``step`` run ``warm_up`` times, then profiled over ``steps`` runs: GPU time per step by
-    kernel and by convolution op."""
+def profiled(step: Callable[[], None], steps: int, warm_up: int) -> torch.profiler.profile:
+    """``step`` run ``warm_up`` times, then ``steps`` runs under torch.profiler (host and GPU
+    activity, argument shapes recorded), the GPU drained before and after."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -87,6 +90,13 @@ def profile_step(step: Callable[[], None], steps: int, warm_up: int) -> dict:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
+    return prof
+
+
+def profile_step(step: Callable[[], None], steps: int, warm_up: int) -> dict:
+    """``step`` run ``warm_up`` times, then profiled over ``steps`` runs: GPU time per step by
+    kernel and by convolution op."""
+    prof = profiled(step, steps, warm_up)
     kernels = kernel_times(prof.events(), steps)
     return {"total_us": sum(kernels.values()),
             "kernels_us": dict(sorted(kernels.items(), key=lambda item: -item[1])[:KEPT_KERNELS]),
@@ -158,7 +168,7 @@ def convolution_table(record: dict, top: int) -> list[tuple[str, str, float, flo
             for row in rows]
 
 
-def _shapes_text(shapes: str) -> str:
+def shapes_text(shapes: str) -> str:
     """``[[64, 16, 112, 112], [64, 3, 224, 224], [], ...]`` -> ``64x16x112x112, 64x3x224x224``."""
     tensors = [part for part in json.loads(shapes) if part]
     return ", ".join("x".join(str(size) for size in tensor) for tensor in tensors)
@@ -204,7 +214,7 @@ def render(report: dict) -> str:
         lines += ["", "Costliest convolutions of the plan's step (ms per step, all calls of the row):", "",
                   "| op | tensor shapes | calls | plan ms | benchmark=True ms |", "|---|---|--:|--:|--:|"]
         for direction, shapes, calls, plan_ms, bench_ms in convolution_table(record, TOP_CONVOLUTIONS):
-            lines.append(f"| {direction} | {_shapes_text(shapes)} | {calls:g} | {num(plan_ms, 3)} | "
+            lines.append(f"| {direction} | {shapes_text(shapes)} | {calls:g} | {num(plan_ms, 3)} | "
                          f"{num(bench_ms, 3)} |")
     return "\n".join(lines) + "\n"
 

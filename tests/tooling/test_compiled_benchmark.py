@@ -1,5 +1,7 @@
 """CPU: the torch.compile benchmark (benchmarks/compiled.py, benchmarks/harness/compiled.py): which
-children run which variants, the ratios across children, and the rendered tables."""
+children run which variants, the ratios across children, the baseline handed to the children, the
+rendered tables; and its convolution time (benchmarks/harness/conv_time.py): the recorded calls,
+their join with torch.profiler's rows and their roofline bound."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-from harness import compiled  # noqa: E402
+from harness import compiled, conv_time, roofline, step_profile  # noqa: E402
 
 REPORT = {
     "device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "cudnn": "9.19.0", "date": "2026-11-27",
@@ -348,3 +352,271 @@ def test_a_kept_inductor_cache_needs_a_kept_plan(tmp_path: Path, capsys: pytest.
         compiled.main(["--networks", "mobilenet_v3_large", "--inductor-cache", str(tmp_path)])
     assert "--inductor-cache needs --plan-dir" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------------------- convolution time and bound
+
+FORWARD, BACKWARD = "aten::convolution", "aten::convolution_backward"
+DW_X, DW_W = (64, 72, 56, 56), (72, 1, 3, 3)
+STEM_X, STEM_W, STEM_Y = (64, 3, 224, 224), (16, 3, 3, 3), (64, 16, 112, 112)
+PW_X, PW_W, PW_Y = (8, 16, 32, 32), (32, 16, 1, 1), (8, 32, 32, 32)
+
+
+def _forward(x: tuple, w: tuple, y: tuple, bias: tuple = ()) -> conv_time.ConvCall:
+    return conv_time.ConvCall("forward", (x, w, bias, *[()] * 6), "float16", x, w, y, False, 1, True)
+
+
+def _backward(x: tuple, w: tuple, y: tuple, directions: int) -> conv_time.ConvCall:
+    return conv_time.ConvCall("backward", (y, x, w, *[()] * 8), "float16", x, w, y, False, directions, True)
+
+
+def _row(call: conv_time.ConvCall, calls: float, gpu_us: float) -> dict:
+    return {"op": FORWARD if call.op == "forward" else BACKWARD, "shapes": conv_time.shapes_key(call.shapes),
+            "calls": calls, "gpu_us": gpu_us}
+
+
+def _one_direction_us(x: tuple, w: tuple, y: tuple) -> float:
+    return roofline.conv_bound_of(x, w, y, "float16", False, True, roofline.H200).bound_ms * 1e3
+
+
+def test_roofline_summary_joins_rows_with_the_recorded_calls() -> None:
+    dw_us, stem_us, pw_us = _one_direction_us(DW_X, DW_W, DW_X), _one_direction_us(STEM_X, STEM_W, STEM_Y), \
+        _one_direction_us(PW_X, PW_W, PW_Y)
+    dw, dw_back = _forward(DW_X, DW_W, DW_X), _backward(DW_X, DW_W, DW_X, directions=2)
+    biased = _forward(PW_X, PW_W, PW_Y, bias=(32,))  # eager's call; Inductor's row has no bias
+    stem = _forward(STEM_X, STEM_W, STEM_Y)  # recorded, but no row holds it (a Triton template ran it)
+    calls = [dw, dw, dw_back, dw_back, biased, stem]
+    unknown = {"op": FORWARD, "shapes": "[[1, 2, 3, 4], [2, 2, 1, 1], [], [], [], [], [], [], []]", "calls": 1,
+               "gpu_us": 500.0}
+    rows = [_row(dw, 2, 4 * dw_us), _row(dw_back, 2, 10 * dw_us), _row(_forward(PW_X, PW_W, PW_Y), 1, pw_us), unknown]
+
+    summary = conv_time.roofline_summary(rows, calls, roofline.H200)
+    by_op = {(row["op"], row["shapes"]): row for row in summary["rows"]}
+    forward_row, backward_row = by_op[(FORWARD, rows[0]["shapes"])], by_op[(BACKWARD, rows[1]["shapes"])]
+    assert forward_row["recorded_calls"] == 2 and forward_row["bound_us"] == pytest.approx(2 * dw_us)
+    assert forward_row["fraction"] == pytest.approx(0.5)  # two calls' bound in four bounds' time
+    assert backward_row["bound_us"] == pytest.approx(4 * dw_us)  # two calls of two directions each
+    assert backward_row["fraction"] == pytest.approx(0.4)
+    bound = roofline.conv_bound_of(DW_X, DW_W, DW_X, "float16", False, True, roofline.H200)
+    seconds = 4 * dw_us * 1e-6
+    assert forward_row["tb_per_s"] == pytest.approx(2 * bound.bytes / seconds / 1e12)
+    assert forward_row["tflops"] == pytest.approx(2 * bound.flops / seconds / 1e12)
+    assert by_op[(FORWARD, rows[2]["shapes"])]["fraction"] == pytest.approx(1.0)  # joined without its bias
+    missing = by_op[(FORWARD, unknown["shapes"])]
+    assert missing["bound_us"] is None and missing["fraction"] is None and missing["recorded_calls"] == 0
+    assert summary["unmatched_us"] == pytest.approx(500.0)
+    assert summary["bound_without_row_us"] == pytest.approx(stem_us)
+    assert summary["conv_us"] == pytest.approx(14 * dw_us + pw_us + 500.0)
+    assert summary["bound_us"] == pytest.approx(6 * dw_us + pw_us + stem_us)
+    assert summary["fraction"] == pytest.approx(summary["bound_us"] / summary["conv_us"])
+    assert summary["peaks"] == "H200"
+
+
+def test_a_call_joins_its_own_row_before_a_bias_free_one() -> None:
+    """Eager has rows of both: a biased call stays with its own row, the bias-free row keeps its own."""
+    plain, biased = _forward(PW_X, PW_W, PW_Y), _forward(PW_X, PW_W, PW_Y, bias=(32,))
+    pw_us = _one_direction_us(PW_X, PW_W, PW_Y)
+    summary = conv_time.roofline_summary([_row(plain, 1, pw_us), _row(biased, 1, pw_us)], [plain, biased],
+                                         roofline.H200)
+    assert [row["recorded_calls"] for row in summary["rows"]] == [1, 1]
+    assert [row["fraction"] for row in summary["rows"]] == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_conv_bound_and_conv_bound_of_agree() -> None:
+    description = ("conv2d: input [64, 3, 224, 224] torch.float32 contiguous, weight [16, 3, 3, 3], "
+                   "output [64, 16, 112, 112], stride [2, 2], padding [1, 1], dilation [1, 1], groups 1, "
+                   "allow_tf32={}")
+    for tf32 in (True, False):
+        for peaks in (roofline.H100, roofline.H200):
+            assert roofline.conv_bound(description.format(tf32), peaks) == roofline.conv_bound_of(
+                STEM_X, STEM_W, STEM_Y, "float32", False, tf32, peaks)
+    transposed = ("conv_transpose2d: input [8, 512, 1, 4001] torch.float16 contiguous, weight [512, 1, 1, 16], "
+                  "output [8, 1, 1, 32016], stride [1, 8], padding [0, 0], dilation [1, 1], groups 1, allow_tf32=True")
+    assert roofline.conv_bound(transposed) == roofline.conv_bound_of(
+        (8, 512, 1, 4001), (512, 1, 1, 16), (8, 1, 1, 32016), "float16", True, True)
+    with pytest.raises(ValueError):
+        roofline.conv_bound_of(STEM_X, STEM_W, STEM_Y, "int8", False, False)
+
+
+def test_a_backward_calls_bound_is_one_per_gradient() -> None:
+    one = conv_time.bound_of_call(_forward(DW_X, DW_W, DW_X), roofline.H100)
+    both = conv_time.bound_of_call(_backward(DW_X, DW_W, DW_X, directions=2), roofline.H100)
+    assert both.bound_ms == pytest.approx(2 * one.bound_ms) and both.bytes == pytest.approx(2 * one.bytes)
+    assert conv_time.bound_of_call(_backward(DW_X, DW_W, DW_X, directions=1), roofline.H100) == one
+
+
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")  # torch's note on profiler cycles
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_record_conv_calls_sees_forward_and_backward_with_the_profilers_keys(input_grad: bool) -> None:
+    """On the CPU as on the GPU: the dispatch mode sees the forward call and the backward call
+    (the gradients it computes: input and weight, or weight alone), keyed as torch.profiler's rows."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1, stride=2)
+    x = torch.randn(2, 3, 16, 16, requires_grad=input_grad)
+
+    def step() -> None:
+        conv(x).sum().backward()
+
+    forward, backward = conv_time.record_conv_calls(step)
+    assert (forward.op, forward.x, forward.w, forward.y) == ("forward", (2, 3, 16, 16), (8, 3, 3, 3), (2, 8, 8, 8))
+    assert forward.shapes[:3] == ((2, 3, 16, 16), (8, 3, 3, 3), (8,)) and len(forward.shapes) == 9
+    assert (backward.op, backward.x, backward.w, backward.y) == ("backward", (2, 3, 16, 16), (8, 3, 3, 3),
+                                                                 (2, 8, 8, 8))
+    assert backward.directions == (2 if input_grad else 1) and forward.directions == 1
+    assert forward.dtype == "float32" and not forward.transposed and len(backward.shapes) == 11
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        step()
+    rows = step_profile.conv_rows(prof.key_averages(group_by_input_shape=True), steps=1)
+    assert {conv_time.row_key(row._asdict()) for row in rows} == {forward.key, backward.key}
+    summary = conv_time.roofline_summary([row._asdict() for row in rows], [forward, backward], roofline.H100)
+    assert all(row["recorded_calls"] == 1 for row in summary["rows"]) and summary["bound_without_row_us"] == 0
+
+
+def test_record_conv_calls_of_a_transposed_convolution() -> None:
+    deconv = torch.nn.ConvTranspose1d(4, 2, 4, stride=2)
+    x = torch.randn(1, 4, 10)
+    (call,) = conv_time.record_conv_calls(lambda: deconv(x))  # no backward: nothing requires x's gradient
+    assert call.transposed and (call.x, call.w, call.y) == ((1, 4, 10), (4, 2, 4), (1, 2, 22))
+
+
+def test_triton_convolution_kernels_are_inductors_convolution_templates() -> None:
+    """Names as an H200 ran them: max-autotune's templates count; a pointwise or reduction kernel
+    that fused a convolution's neighbours (batch norm's backward, a bias) only names it."""
+    for name in ("triton_tem_fused_convolution_2", "triton_tem_fused__to_copy_convolution_8"):
+        assert conv_time.is_triton_conv_kernel(name) and conv_time.is_triton_fused_from_conv(name)
+    for name in ("triton_poi_fused__native_batch_norm_legit_functional_convolution_backward_0",
+                 "triton_red_fused_convolution_backward_9", "triton_poi_fused__to_copy_convolution_relu_7"):
+        assert not conv_time.is_triton_conv_kernel(name) and conv_time.is_triton_fused_from_conv(name)
+    for name in ("triton_tem_fused_mm_0", "triton_poi_fused_relu_1", "sm90_xmma_depthwise_convolution_wgrad"):
+        assert not conv_time.is_triton_conv_kernel(name) and not conv_time.is_triton_fused_from_conv(name)
+
+
+def _conv_entry(conv_us: float, triton_us: float = 0.0, bound_us: float | None = None,
+                rows: list[dict] | None = None) -> dict:
+    roofline_part = None if bound_us is None else {"peaks": "H200", "conv_us": conv_us, "bound_us": bound_us,
+                                                   "rows": rows or [], "unmatched_us": 0.0}
+    return {"conv_us": conv_us, "total_us": 3 * conv_us, "triton_conv_us": triton_us, "rows": rows or [],
+            "roofline": roofline_part}
+
+
+DW_SHAPES = "[[64, 72, 56, 56], [72, 1, 3, 3], [], [], [], [], [], [], []]"
+CONV_REPORT = {
+    **REPORT, "baseline": "benchmark", "compile_modes": ["default", "max-autotune"],
+    "networks": [{"name": "regnety_016", "setup": {"tune_s": 2.0}, "children": {
+        "eager": {"median_ms": {"eager stock": 10.0, "eager plan": 9.0}, "peaks": "H200",
+                  "conv": {"eager stock": _conv_entry(4000.0, rows=[{"op": FORWARD, "shapes": DW_SHAPES, "calls": 2,
+                                                                     "gpu_us": 1200.0}]),
+                           "eager plan": _conv_entry(3000.0, bound_us=1000.0, rows=[
+                               {"op": FORWARD, "shapes": DW_SHAPES, "calls": 2, "gpu_us": 800.0, "bound_us": 200.0,
+                                "fraction": 0.25, "tb_per_s": 1.5}])},
+                  "wall_ms": {"eager stock": 30.0, "eager plan": 28.0}},
+        "default": {"median_ms": {"eager stock": 20.0, "default stock": 16.0, "default plan": 15.0},
+                    "first_step_s": 30.0, "peaks": "H200",
+                    "conv": {"default stock": _conv_entry(3500.0, bound_us=1000.0),
+                             "default plan": _conv_entry(2500.0, bound_us=1000.0)},
+                    "wall_ms": {"default stock": 20.0, "default plan": 19.0},
+                    "errors": {"default plan wall": "RuntimeError: out of memory"}},
+        "max-autotune stock": {"median_ms": {"eager stock": 10.0, "max-autotune stock": 8.0}, "first_step_s": 200.0,
+                               "conv": {"max-autotune stock": _conv_entry(1000.0, triton_us=1500.0,
+                                                                          bound_us=1000.0)}},
+        "max-autotune plan": {"error": "timed out after 900 s"}}}],
+}
+
+
+def test_render_shows_convolution_time_its_bound_and_wall_time() -> None:
+    text = compiled.render(CONV_REPORT)
+    assert "Stock: `torch.backends.cudnn.benchmark = True`" in text
+    assert "## Convolution time per step" in text and "mode=\"reduce-overhead\"" in text and "H200 peaks" in text
+    # conv ms stock / plan, gain, bound, plan / bound, wall ms stock / plan
+    assert "| regnety_016 | eager | 4.00 / 3.00 | 1.333 | 1.00 | 3.00 | 30.00 / 28.00 |" in text
+    assert "| regnety_016 | default | 3.50 / 2.50 | 1.400 | 1.00 | 2.50 | 20.00 / 19.00 |" in text
+    # Triton's convolution kernels count with ATen's; the plan's child timed out.
+    assert "| regnety_016 | max-autotune | 2.50 / — | — | 1.00 | — | — / — |" in text
+    assert "## The plan's costliest convolutions, eager" in text and "### regnety_016" in text
+    assert "| forward | 64x72x56x56, 72x1x3x3 | 2 | 1.200 | 0.800 | 0.200 | 25 | 1.50 |" in text
+    assert "- regnety_016 default (default plan wall): RuntimeError: out of memory" in text
+    # The first table is as it was.
+    assert "| regnety_016 | default | 16.00 | 15.00 | 0.800 | 0.750 | 1.067 | 30.0 |" in text
+
+
+def test_a_report_without_convolution_time_renders_without_its_tables() -> None:
+    text = compiled.render(REPORT)
+    assert "Convolution time per step" not in text and "costliest convolutions" not in text
+    assert "Stock: cuDNN's heuristics" in text  # a report that names no baseline ran benchmark=False
+
+
+def test_the_baseline_reaches_every_measuring_child_and_the_report(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(compiled, "run_child", _fake_children(calls))
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
+    plans = tmp_path / "plans"
+    common = ["--networks", "regnety_016", "--compile-modes", "default", "--out", str(tmp_path), "--plan-dir",
+              str(plans)]
+    compiled.main(common)
+    measuring = [argv for argv in calls if argv[1] == "measure"]
+    assert [argv[argv.index("--baseline") + 1] for argv in measuring] == ["benchmark", "benchmark"]
+    assert all("--baseline" not in argv for argv in calls if argv[1] == "tune")  # tune() against heuristics
+    (saved,) = tmp_path.glob("compiled-*.json")
+    assert json.loads(saved.read_text())["baseline"] == "benchmark"
+    assert "Stock: `torch.backends.cudnn.benchmark = True`" in saved.with_suffix(".md").read_text()
+
+    calls.clear()
+    compiled.main([*common, "--baseline", "heuristics"])
+    assert {argv[argv.index("--baseline") + 1] for argv in calls if argv[1] == "measure"} == {"heuristics"}
+    assert json.loads(saved.read_text())["baseline"] == "heuristics"
+
+
+def test_merge_keeps_one_baseline_per_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(compiled, "run_child", _fake_children([]))
+    monkeypatch.setattr(compiled, "environment", lambda: {"device": "NVIDIA H200", "torch": "2.11.0", "cudnn": "9.19.0"})
+    common = ["--networks", "regnety_016", "--compile-modes", "default", "--out", str(tmp_path), "--plan-dir",
+              str(tmp_path / "plans")]
+    compiled.main([*common, "--children", "eager"])
+    with pytest.raises(SystemExit):
+        compiled.main([*common, "--children", "default", "--merge", "--baseline", "heuristics"])
+    assert "one file holds one baseline" in capsys.readouterr().err
+
+
+def test_a_failing_convolution_profile_is_recorded_and_the_rest_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure_convolutions on the CPU: the calls are recorded from the eager model, one variant's
+    profile fails (recorded in errors), the other's is kept with its roofline summary."""
+    import contextlib
+
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 8, 8)
+    trainer = types.SimpleNamespace(model=conv)
+    trainer.step = lambda: trainer.model(x).sum().backward()
+    profiled_rows: dict[str, list] = {}
+    order: list[str] = []
+
+    def fake_wall(trainer: object) -> float:
+        order.append("wall")
+        return 12.5
+
+    def fake_profile(step, steps: int, warm_up: int) -> dict:
+        order.append("profile")
+        if trainer.model is not conv:
+            raise RuntimeError("CUPTI is busy")
+        calls = conv_time.record_conv_calls(step)
+        profiled_rows["rows"] = [{"op": FORWARD if call.op == "forward" else BACKWARD,
+                                  "shapes": conv_time.shapes_key(call.shapes), "calls": 1, "gpu_us": 10.0}
+                                 for call in calls]
+        return {"total_us": 50.0, "conv_us": 20.0, "triton_conv_us": 0.0, "triton_named_conv_us": 0.0,
+                "rows": profiled_rows["rows"]}
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+    monkeypatch.setattr(conv_time, "profile_conv_time", fake_profile)
+    monkeypatch.setattr(compiled, "wall_ms_per_step", fake_wall)
+    variants = {label: contextlib.nullcontext for label in ("eager stock", "default stock", "default plan")}
+    models = {"eager stock": conv, "default stock": conv, "default plan": torch.nn.Identity()}
+    out, errors = compiled.measure_convolutions(trainer, ["default stock", "default plan"], variants, models, None)
+    assert out["conv_calls_per_step"] == 2 and out["peaks"] == "H200"
+    assert list(out["conv"]) == ["default stock"]
+    assert errors == {"default plan conv profile": "RuntimeError: CUPTI is busy"}
+    summary = out["conv"]["default stock"]["roofline"]
+    assert summary["unmatched_us"] == 0 and summary["bound_us"] > 0
+    assert out["wall_ms"] == {"default stock": 12.5, "default plan": 12.5}
+    assert order == ["wall", "wall", "profile", "profile"]  # the profiler slows the host's later steps
