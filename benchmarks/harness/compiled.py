@@ -568,7 +568,9 @@ def conv_time_lines(report: dict) -> list[str]:
              "what `torch.compile(mode=\"reduce-overhead\")` (the same kernels under CUDA graphs) gives on the "
              f"GPU. *wall ms*: host wall time per step of {WALL_STEPS} uncaptured steps back to back, the GPU "
              "drained at the end, before any profiling: what the mode takes without CUDA graphs (eager, or "
-             "`torch.compile` in that mode).",
+             "`torch.compile` in that mode); one run of each variant after the other, host-bound and without an "
+             "A/A control, so it shows the scale, not a ratio (the zoo's eager section interleaves rounds beside "
+             "an A/A control for that).",
              "", "| network | mode | conv ms stock / plan | conv gain | bound ms | plan conv / bound | wall ms stock / "
              "plan |",
              "|---|---|--:|--:|--:|--:|--:|"]
