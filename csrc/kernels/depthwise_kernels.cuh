@@ -18,7 +18,6 @@
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
-#include <type_traits>
 
 namespace torch_cudnn_algo::kernels {
 namespace {
@@ -43,21 +42,13 @@ constexpr int64_t kMaxCount = int64_t{1} << 30;
 //   UNROLL_ROWS: (ROWS 1) the filter rows unrolled at compile time (needs r == KS,
 //                which the launch checks), so the loads of every row can issue
 //                together instead of one row's latency after another's
-//   HALF2:       fp16 only (other types ignore it): channel pairs multiplied and
-//                added as half2 (one HFMA2 per two channels, the loaded input
-//                used as it is, no conversion): kHalf2Window sums the whole
-//                window in fp16; kHalf2Row sums each filter row in fp16 and
-//                adds the row sums in fp32. Fewer instructions (the kernels
-//                are bound by instruction issue), fp16 rounding in the sums;
-//                needs ROWS 1, taps in registers, no UNROLL_ROWS.
-// ROWS, TAPS_SHARED, UNROLL_ROWS, HALF2 apply to the compile-time windows only (KS > 0).
+// ROWS, TAPS_SHARED, UNROLL_ROWS apply to the compile-time windows only (KS > 0).
 // A gather configuration is one int (short kernel names): gather_tune()
 // packs it, GatherTune<code> reads it; 0 is every default.
-constexpr int kHalf2Off = 0, kHalf2Window = 1, kHalf2Row = 2;
 constexpr int gather_tune(int strip = 4, int rows = 1, bool taps_shared = false, bool stage = false,
-                          int threads = 256, int min_blocks = 0, bool unroll_rows = false, int half2 = kHalf2Off) {
+                          int threads = 256, int min_blocks = 0, bool unroll_rows = false) {
   return (strip == 4 ? 0 : strip) | (rows - 1) << 4 | taps_shared << 7 | stage << 8 |
-         (threads == 256 ? 0 : threads / 32) << 9 | min_blocks << 14 | unroll_rows << 17 | half2 << 18;
+         (threads == 256 ? 0 : threads / 32) << 9 | min_blocks << 14 | unroll_rows << 17;
 }
 constexpr int gather_strip(int code) { return code & 15 ? code & 15 : 4; }
 constexpr int gather_rows(int code) { return (code >> 4 & 7) + 1; }
@@ -66,17 +57,14 @@ constexpr bool gather_stage(int code) { return code >> 8 & 1; }
 constexpr int gather_threads(int code) { return code >> 9 & 31 ? (code >> 9 & 31) * 32 : 256; }
 constexpr int gather_min_blocks(int code) { return code >> 14 & 7; }
 constexpr bool gather_unroll_rows(int code) { return code >> 17 & 1; }
-constexpr int gather_half2(int code) { return code >> 18 & 3; }
 template <int CODE>
 struct GatherTune {
   static constexpr int kStrip = gather_strip(CODE), kRows = gather_rows(CODE);
   static constexpr bool kTapsShared = gather_taps_shared(CODE), kStage = gather_stage(CODE);
   static constexpr int kThreads = gather_threads(CODE), kMinBlocks = gather_min_blocks(CODE);
   static constexpr bool kUnrollRows = gather_unroll_rows(CODE);
-  static constexpr int kHalf2 = gather_half2(CODE);
-  static_assert(kStrip % 2 == 0 && (!kUnrollRows || kRows == 1) && kHalf2 <= kHalf2Row &&
-                    (kHalf2 == kHalf2Off || (kRows == 1 && !kTapsShared && !kUnrollRows)) &&
-                    CODE == gather_tune(kStrip, kRows, kTapsShared, kStage, kThreads, kMinBlocks, kUnrollRows, kHalf2),
+  static_assert(kStrip % 2 == 0 && (!kUnrollRows || kRows == 1) &&
+                    CODE == gather_tune(kStrip, kRows, kTapsShared, kStage, kThreads, kMinBlocks, kUnrollRows),
                 "gather tune");
 };
 // Launch-time choices of the gather: channel vectors across a block at most,
@@ -150,29 +138,6 @@ __device__ __forceinline__ void load_shared(const float* p, float (&f)[VEC]) {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) f[v] = p[v];
   }
-}
-
-// VEC fp16 channels at p as VEC / 2 half2 pairs, as loaded (no conversion), or
-// zeros where !live (p is not read then).
-template <int VEC>
-__device__ __forceinline__ void load_h2(const __half* p, bool live, __half2 (&f)[VEC / 2]) {
-  if (live) {
-    const Vec<__half2, VEC / 2> in = *reinterpret_cast<const Vec<__half2, VEC / 2>*>(p);
-#pragma unroll
-    for (int v = 0; v < VEC / 2; ++v) f[v] = in.v[v];
-  } else {
-#pragma unroll
-    for (int v = 0; v < VEC / 2; ++v) f[v] = __float2half2_rn(0.f);
-  }
-}
-
-// VEC staged fp32 taps as VEC / 2 half2 pairs (the taps are fp16 values, so exact).
-template <int VEC>
-__device__ __forceinline__ void load_shared_h2(const float* p, __half2 (&w)[VEC / 2]) {
-  float f[VEC];
-  load_shared<VEC>(p, f);
-#pragma unroll
-  for (int v = 0; v < VEC / 2; ++v) w[v] = __floats2half2_rn(f[2 * v], f[2 * v + 1]);
 }
 
 struct DwGeom {
@@ -301,8 +266,6 @@ __global__ void __launch_bounds__(GatherTune<TUNE>::kThreads, GatherTune<TUNE>::
               T* __restrict__ dst) {
   using Tune = GatherTune<TUNE>;
   constexpr int kStrip = Tune::kStrip, kRows = KS > 0 ? Tune::kRows : 1;
-  // half2 sums: fp16 data with a compile-time window and an even vector (kHalf2Window, kHalf2Row).
-  constexpr int kHalf2 = std::is_same<T, __half>::value && KS > 0 && VEC % 2 == 0 ? Tune::kHalf2 : kHalf2Off;
   extern __shared__ __align__(16) float staged[];  // [r][s][tile channel]
   const int C = g.c;
   const int dst_h = Backward ? g.h : g.p, dst_w = Backward ? g.w : g.q;
@@ -326,11 +289,6 @@ __global__ void __launch_bounds__(GatherTune<TUNE>::kThreads, GatherTune<TUNE>::
       for (int j = 0; j < kStrip; ++j)
 #pragma unroll
         for (int v = 0; v < VEC; ++v) acc[k][j][v] = 0.f;
-    __half2 hacc[kHalf2 ? kStrip : 1][kHalf2 ? VEC / 2 : 1];
-#pragma unroll
-    for (int j = 0; j < (kHalf2 ? kStrip : 1); ++j)
-#pragma unroll
-      for (int v = 0; v < (kHalf2 ? VEC / 2 : 1); ++v) hacc[j][v] = __float2half2_rn(0.f);
     int x0 = strip * kStrip;  // destination column of j = 0
     if constexpr (KS > 0) {
       using W = Window<Backward, KS, SW, kStrip>;
@@ -377,44 +335,6 @@ __global__ void __launch_bounds__(GatherTune<TUNE>::kThreads, GatherTune<TUNE>::
                 }
           }
         }
-      } else if constexpr (kHalf2) {
-        // As the branch below, in half2: hacc sums the window (kHalf2Window) or
-        // one filter row, added into acc in fp32 after each row (kHalf2Row).
-        for_each_row<Backward>(g, y0, src_h, [&](int r, int sy) {
-          __half2 wr[KS][VEC / 2];
-#pragma unroll
-          for (int s = 0; s < KS; ++s) load_shared_h2<VEC>(mine + (r * KS + s) * tile, wr[s]);
-          if constexpr (kHalf2 == kHalf2Row) {
-#pragma unroll
-            for (int j = 0; j < kStrip; ++j)
-#pragma unroll
-              for (int v = 0; v < VEC / 2; ++v) hacc[j][v] = __float2half2_rn(0.f);
-          }
-          const T* at = src + (static_cast<long long>(n) * src_h + sy) * src_row + c0;
-#pragma unroll
-          for (int o = W::lo(); o <= W::hi(); ++o) {
-            const int col = base + o;
-            __half2 f[VEC / 2];
-            load_h2<VEC>(at + col * C, col >= 0 && col < src_w, f);
-#pragma unroll
-            for (int j = 0; j < kStrip; ++j)
-#pragma unroll
-              for (int s = 0; s < KS; ++s)
-                if (W::valid(j, s) && W::offset(j, s) == o)
-#pragma unroll
-                  for (int v = 0; v < VEC / 2; ++v) hacc[j][v] = __hfma2(f[v], wr[s][v], hacc[j][v]);
-          }
-          if constexpr (kHalf2 == kHalf2Row) {
-#pragma unroll
-            for (int j = 0; j < kStrip; ++j)
-#pragma unroll
-              for (int v = 0; v < VEC / 2; ++v) {
-                const float2 row = __half22float2(hacc[j][v]);
-                acc[0][j][2 * v] += row.x;
-                acc[0][j][2 * v + 1] += row.y;
-              }
-          }
-        });
       } else if constexpr (kRows == 1 && !Tune::kTapsShared) {
         for_each_row<Backward>(g, y0, src_h, [&](int r, int sy) {
           float wr[KS][VEC];
@@ -507,17 +427,10 @@ __global__ void __launch_bounds__(GatherTune<TUNE>::kThreads, GatherTune<TUNE>::
       for (int j = 0; j < kStrip; ++j) {
         const int x = x0 + j;
         if (x < 0 || x >= dst_w) continue;
-        if constexpr (kHalf2 == kHalf2Window) {  // the fp16 sums as they are
-          Vec<__half2, VEC / 2> o;
+        Vec<T, VEC> o;
 #pragma unroll
-          for (int v = 0; v < VEC / 2; ++v) o.v[v] = hacc[j][v];
-          *reinterpret_cast<Vec<__half2, VEC / 2>*>(out + x * C) = o;
-        } else {
-          Vec<T, VEC> o;
-#pragma unroll
-          for (int v = 0; v < VEC; ++v) o.v[v] = from_acc<T>(acc[k][j][v]);
-          *reinterpret_cast<Vec<T, VEC>*>(out + x * C) = o;
-        }
+        for (int v = 0; v < VEC; ++v) o.v[v] = from_acc<T>(acc[k][j][v]);
+        *reinterpret_cast<Vec<T, VEC>*>(out + x * C) = o;
       }
     }
   }

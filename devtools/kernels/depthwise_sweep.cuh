@@ -20,7 +20,6 @@
 
 #include "kernels/depthwise_choices.cuh"
 
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -38,13 +37,7 @@ struct DwVariant {
   size_t (*workspace)(const DirectConvShape& s, int sm_count);
   int (*launch)(const DirectConvShape& s, int sm_count, const void* a, const void* b, void* out, void* ws,
                 cudaStream_t stream);
-  int half2 = kHalf2Off;  // the gather's fp16 sums (gather_tune): the check allows their rounding
 };
-
-// Products a half2 variant adds in fp16 before any fp32 sum, for a filter of r x s taps.
-inline int fp16_chain(const DwVariant& v, int64_t r, int64_t s) {
-  return v.half2 == kHalf2Window ? static_cast<int>(r * s) : v.half2 == kHalf2Row ? static_cast<int>(s) : 0;
-}
 
 // Every part's variants, registered at static initialisation.
 inline std::vector<DwVariant>& dw_sweep_variants() {
@@ -126,7 +119,7 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   int inst = 0;
 #define TCA_DW_GV(NAME, VEC, TUNE, MAX_TX, BPS, NEW)                                                  \
   v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_no_workspace,                \
-               sweep_gather<T, Backward, KS, SW, TUNE, MAX_TX, BPS, VEC>, gather_half2(TUNE)})
+               sweep_gather<T, Backward, KS, SW, TUNE, MAX_TX, BPS, VEC>})
 #define TCA_DW_G(NAME, TUNE, MAX_TX, BPS, NEW) TCA_DW_GV(NAME, kFullVec, TUNE, MAX_TX, BPS, NEW)
   constexpr int kFullVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kStage = gather_tune(4, 1, false, true);
@@ -167,23 +160,6 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   TCA_DW_GV("stage vec/2 S8", kHalfVec, gather_tune(8, 1, false, true), 32, 8, 1);
   TCA_DW_GV("stage vec/2 unroll", kHalfVec, gather_tune(4, 1, false, true, 256, 0, true), 32, 8, 1);
   TCA_DW_GV("stage vec/4", kQuarterVec, kStage, 32, 8, 1);
-  // half2 sums (fp16 only): "h2w" the window summed in fp16, "h2r" each filter
-  // row in fp16 and the rows in fp32; on the configuration in use where it
-  // allows them (one row a thread, taps in registers), and on wider strips,
-  // which the fp16 accumulators' fewer registers allow.
-  if constexpr (std::is_same<T, __half>::value) {
-    constexpr bool kInUseTakesHalf2 = gather_rows(kInUse) == 1 && !gather_taps_shared(kInUse) && !gather_unroll_rows(kInUse);
-    constexpr int kInUseH2w = kInUseTakesHalf2 ? kInUse | kHalf2Window << 18 : gather_tune(4, 1, false, true, 256, 0, false, kHalf2Window);
-    constexpr int kInUseH2r = kInUseTakesHalf2 ? kInUse | kHalf2Row << 18 : gather_tune(4, 1, false, true, 256, 0, false, kHalf2Row);
-    TCA_DW_G("in use h2w", kInUseH2w, kInUseTx, kInUseBps, 1);
-    TCA_DW_G("in use h2r", kInUseH2r, kInUseTx, kInUseBps, 1);
-    TCA_DW_G("in use h2w tx8", kInUseH2w, 8, kInUseBps, 0);
-    TCA_DW_G("stage h2w", gather_tune(4, 1, false, true, 256, 0, false, kHalf2Window), 32, 8, 1);
-    TCA_DW_G("stage S8 h2w", gather_tune(8, 1, false, true, 256, 0, false, kHalf2Window), 32, 8, 1);
-    TCA_DW_G("stage S8 h2w tx8", gather_tune(8, 1, false, true, 256, 0, false, kHalf2Window), 8, 8, 0);
-    TCA_DW_G("stage S8 h2r", gather_tune(8, 1, false, true, 256, 0, false, kHalf2Row), 32, 8, 1);
-    TCA_DW_G("default h2w bps16", gather_tune(4, 1, false, false, 256, 0, false, kHalf2Window), 32, 16, 1);
-  }
 #undef TCA_DW_G
 #undef TCA_DW_GV
 }

@@ -134,11 +134,8 @@ inline void reference(const DirectConvShape& s, DirectDirection dir, const std::
 
 // Element tolerance: twice the output's rounding (eps: 2^-10 fp16, 2^-7 bf16,
 // 2^-22 fp32) plus fp32 accumulation error relative to the sum of |products|.
-// fp16_chain: products summed in fp16 (half2 arithmetic) before any fp32 sum;
-// each of those additions, and each product, rounds by at most 2^-11 of a value
-// no larger than ref_abs (the sum of the products' magnitudes).
-inline double element_tolerance(double eps, double ref, double ref_abs, int fp16_chain = 0) {
-  return eps * std::fabs(ref) + (1e-5 + (fp16_chain ? (fp16_chain + 1) * std::ldexp(1.0, -11) : 0.0)) * ref_abs + 1e-6;
+inline double element_tolerance(double eps, double ref, double ref_abs) {
+  return eps * std::fabs(ref) + 1e-5 * ref_abs + 1e-6;
 }
 
 // The tuner's accuracy floor on the normwise relative error (tuner_tolerance).

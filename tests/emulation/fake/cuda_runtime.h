@@ -24,7 +24,6 @@
 #define __shared__
 #define __align__(n)
 
-struct alignas(8) float2 { float x, y; };
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
   dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}

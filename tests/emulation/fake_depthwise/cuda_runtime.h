@@ -4,6 +4,7 @@
 #include "../fake/cuda_runtime.h"
 #include <atomic>
 
+struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 inline thread_local dim3 blockDim, gridDim;
 inline std::atomic<long> emu_threads_run{0};
