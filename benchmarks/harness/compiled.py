@@ -214,7 +214,7 @@ def costliest(rows: list[dict], count: int) -> list[dict]:
 
 def measure_convolutions(trainer: Trainer, labels: Sequence[str],
                          variants: dict[str, Callable[[], contextlib.AbstractContextManager]],
-                         models: dict[str, object], plan: object) -> tuple[dict, dict[str, str]]:
+                         models: dict[str, object]) -> tuple[dict, dict[str, str]]:
     """Each of ``labels``'s wall ms per step, then its convolution time per step (profiled
     uncaptured, its model and choice in force) against the roofline bound of the eager step's
     convolution calls (recorded once, stock's choices); and the errors of what failed. The wall
@@ -229,13 +229,13 @@ def measure_convolutions(trainer: Trainer, labels: Sequence[str],
                 out["wall_ms"][label] = wall_ms_per_step(trainer)
         except Exception as exc:  # noqa: BLE001 - recorded; the graph timings stand
             errors[f"{label} wall"] = error_text(exc)
-    profiled, profile_errors = profile_convolutions(trainer, labels, variants, models, plan)
+    profiled, profile_errors = profile_convolutions(trainer, labels, variants, models)
     return {**out, **profiled}, {**errors, **profile_errors}
 
 
 def profile_convolutions(trainer: Trainer, labels: Sequence[str],
                          variants: dict[str, Callable[[], contextlib.AbstractContextManager]],
-                         models: dict[str, object], plan: object) -> tuple[dict, dict[str, str]]:
+                         models: dict[str, object]) -> tuple[dict, dict[str, str]]:
     """Each of ``labels``'s convolution time per step and its roofline summary (``conv``), the
     GPU's peaks and the eager step's convolution calls per step; and the errors of what failed."""
     import torch
@@ -250,7 +250,7 @@ def profile_convolutions(trainer: Trainer, labels: Sequence[str],
     calls = None
     trainer.model = models[EAGER_REFERENCE]  # every mode runs the eager step's convolution problems
     try:
-        with choice_in_force("stock", plan):
+        with variants[EAGER_REFERENCE]():
             calls = record_conv_calls(trainer.step)
         out["conv_calls_per_step"] = len(calls)
     except Exception as exc:  # noqa: BLE001 - recorded; the times stand without a bound
@@ -311,7 +311,7 @@ def child_measure(network: str, child: str, plan_path: Path, repeats: int, repla
     after = torch_cudnn_algo.diagnostics.plan_entry_run_counts()
     result["plan_entry_runs"] = sum(after.values()) - sum(before.values())  # the plan steered the calls
     try:
-        measured, errors = measure_convolutions(trainer, variants_of(child), variants, models, plan)
+        measured, errors = measure_convolutions(trainer, variants_of(child), variants, models)
     except Exception as exc:  # noqa: BLE001 - recorded; the graph timings stand
         measured, errors = {}, {"conv": error_text(exc)}
     result.update(measured)

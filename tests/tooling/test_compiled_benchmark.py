@@ -612,7 +612,7 @@ def test_a_failing_convolution_profile_is_recorded_and_the_rest_kept(monkeypatch
     monkeypatch.setattr(compiled, "wall_ms_per_step", fake_wall)
     variants = {label: contextlib.nullcontext for label in ("eager stock", "default stock", "default plan")}
     models = {"eager stock": conv, "default stock": conv, "default plan": torch.nn.Identity()}
-    out, errors = compiled.measure_convolutions(trainer, ["default stock", "default plan"], variants, models, None)
+    out, errors = compiled.measure_convolutions(trainer, ["default stock", "default plan"], variants, models)
     assert out["conv_calls_per_step"] == 2 and out["peaks"] == "H200"
     assert list(out["conv"]) == ["default stock"]
     assert errors == {"default plan conv profile": "RuntimeError: CUPTI is busy"}
