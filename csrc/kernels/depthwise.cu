@@ -29,7 +29,9 @@
 // on the choices that decide their speed (strip width, rows per thread, taps in
 // registers or shared memory, tap staging, block shape, vector width, slices);
 // depthwise_choices.cuh holds the configuration in use per direction and
-// filter width, and this file dispatches to it. The check program's sweep
+// filter width, and this file dispatches to it. Small planes at stride 1 run
+// the plane gather instead (depthwise_plane.cuh: the source band staged in
+// shared memory), where the sweep found it faster. The check program's sweep
 // (devtools/kernels/run sweep, devtools/kernels/depthwise_sweep.cuh) times
 // the alternatives against it; the winners go into the choices.
 //
@@ -97,6 +99,36 @@ GatherPick<T> gather_choice(const DirectConvShape& s, bool backward, const T* sr
 #undef TCA_DW_GATHER
 }
 
+// Runs the plane gather where it is the choice for the shape and applies to its
+// window and pointers (result: its launch's error); false: the strip gather runs.
+template <typename T>
+bool plane_choice(const DirectConvShape& s, bool backward, const T* src, const T* weight, T* dst, cudaStream_t stream,
+                  cudaError_t& result) {
+  const int strip = plane_strip_for(s, backward, sizeof(T));
+  if (strip == 0 || (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) % 16 != 0) return false;
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+#define TCA_DW_PLANE(KS, STRIP)                                                                        \
+  {                                                                                                   \
+    PlaneGeom g;                                                                                      \
+    if (!plane_geom<T, KS, 1, STRIP>(s, backward, kPlaneLaunch, g)) return false;                     \
+    result = launch_plane<T, KS, 1, STRIP>(s, backward, kPlaneLaunch, src, weight, dst, stream);       \
+    return true;                                                                                      \
+  }
+#define TCA_DW_PLANE_STRIPS(KS) \
+  if (strip == 7) TCA_DW_PLANE(KS, 7) else TCA_DW_PLANE(KS, 4)
+    switch (s.s) {
+      case 3: TCA_DW_PLANE_STRIPS(3)
+      case 5: TCA_DW_PLANE_STRIPS(5)
+      case 7: TCA_DW_PLANE_STRIPS(7)
+    }
+#undef TCA_DW_PLANE_STRIPS
+#undef TCA_DW_PLANE
+    return false;
+  }
+}
+
 // The filter kernel of the chosen configuration for the shape and its pointers.
 template <typename T>
 FilterPick<T> filter_choice(const DirectConvShape& s, const T* x, const T* dy) {
@@ -136,6 +168,8 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, in
     return launch_filter_pick<T>(s, filter_slices<sizeof(T)>(s, sm_count), filter_choice<T>(s, ta, tb), ta, tb, to, workspace,
                                  stream);
   const bool backward = direction == DirectDirection::kBackwardData;
+  cudaError_t planed;
+  if (plane_choice<T>(s, backward, ta, tb, to, stream, planed)) return planed;
   return launch_gather_pick<T>(s, backward, sm_count, gather_choice<T>(s, backward, ta, to), ta, tb, to, stream);
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "kernels/depthwise_kernels.cuh"
+#include "kernels/depthwise_plane.cuh"
 
 namespace torch_cudnn_algo::kernels {
 namespace {  // internal linkage, as the kernels': each including translation unit has its own copy
@@ -71,6 +72,23 @@ struct GatherChoice<true, 7, 2> {
   static constexpr int kTune = gather_tune(8, 1, false, true);
   static constexpr GatherLaunch kLaunch{32, 8};
 };
+
+// Where the plane gather (depthwise_plane.cuh) runs instead of the strip
+// gather: 2-byte types at stride 1, destination planes up to 14x14; the strip
+// it takes, 0 for the strip gather. The H200 sweep (the zoo's layers, fp16),
+// against the strip gather's configuration in use:
+//   14x14 (3x3, 5x5, 7x7): "plane S7 B7 I2" 1.09-1.39x, forward and backward data;
+//   7x7 (5x5): "plane S4 B7 I2" 1.03-1.10x backward data, but 0.99-1.06x forward;
+//   28x28 (5x5): 0.62-0.74x, the staging then costs more than the gather it saves.
+inline int plane_strip_for(const DirectConvShape& s, bool backward, int bytes) {
+  if (bytes != 2 || s.stride_h != 1 || s.stride_w != 1) return 0;
+  const int64_t h = backward ? s.h : s.p, w = backward ? s.w : s.q;
+  if (h > 14 || w > 14) return 0;
+  if (w > 7) return 7;
+  return backward ? 4 : 0;
+}
+// Bands of up to 7 rows, two images a block.
+constexpr PlaneLaunch kPlaneLaunch{7, 2};
 
 // The backward filter, by width, stride and element bytes: the channels (vec)
 // and filter rows a thread holds (its accumulators are rows * width * vec).

@@ -19,6 +19,7 @@
 #endif
 
 #include "kernels/depthwise_choices.cuh"
+#include "kernels/depthwise_plane.cuh"
 
 #include <utility>
 #include <vector>
@@ -86,6 +87,30 @@ int sweep_gather(const DirectConvShape& s, int sm_count, const void* a, const vo
 }
 inline size_t sweep_no_workspace(const DirectConvShape&, int) { return 0; }
 
+// The extension's dispatch (depthwise.cu): the configuration in use, whichever kernel it picks.
+template <typename T, bool Backward>
+int sweep_dispatch(const DirectConvShape& s, int sm_count, const void* a, const void* b, void* out, void* ws,
+                   cudaStream_t stream) {
+  const DirectDirection dir = Backward ? DirectDirection::kBackwardData : DirectDirection::kForward;
+  if (!depthwise_applies(s, sweep_dtype<T>(), dir)) return -1;
+  return launch_depthwise(s, sweep_dtype<T>(), dir, sm_count, a, b, out, ws, stream);
+}
+
+// The plane gather (depthwise_plane.cuh): STRIP destination columns a thread,
+// bands of at most MAX_BAND destination rows a block.
+template <typename T, bool Backward, int KS, int SW, int STRIP, int MAX_BAND, int MAX_IMAGES>
+int sweep_plane(const DirectConvShape& s, int, const void* a, const void* b, void* out, void*, cudaStream_t stream) {
+  if constexpr (Backward && SW != 1) {
+    return -1;
+  } else {
+    PlaneGeom g;
+    const PlaneLaunch opt{MAX_BAND, MAX_IMAGES};
+    if (!plane_geom<T, KS, SW, STRIP>(s, Backward, opt, g)) return -1;
+    if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(out)) % 16 != 0) return -1;
+    return static_cast<int>(launch_plane<T, KS, SW, STRIP>(s, Backward, opt, static_cast<const T*>(a),
+                                                          static_cast<const T*>(b), static_cast<T*>(out), stream));
+  }
+}
 template <int KS, int TUNE, int MAX_TX, int SLICES_PER_SM>
 size_t sweep_filter_workspace(const DirectConvShape& s, int sm_count) {
   if (filter_direct(TUNE)) return 0;
@@ -107,7 +132,8 @@ int sweep_filter(const DirectConvShape& s, int sm_count, const void* a, const vo
 }
 
 // The gather's variants (forward and backward data). The configuration in use
-// first (depthwise_choices.cuh: the baseline every variant is timed against);
+// first (the extension's dispatch: the baseline every variant is timed
+// against), then the strip gather's configuration in use (depthwise_choices.cuh);
 // "stage" reads the taps coalesced, which every later one keeps; "txN": N
 // channel vectors across a block; "vec/2", "vec/4": a thread holds 8 or 4
 // bytes of channels instead of 16 (fewer registers a thread, so more warps an
@@ -125,7 +151,20 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   constexpr int kStage = gather_tune(4, 1, false, true);
   using InUse = GatherChoice<Backward, KS, SW>;
   constexpr int kInUse = InUse::kTune, kInUseTx = InUse::kLaunch.max_tx, kInUseBps = InUse::kLaunch.blocks_per_sm;
-  TCA_DW_G("in use", kInUse, kInUseTx, kInUseBps, 1);
+  v.push_back({"in use", sweep_dtype<T>(), dir, KS, SW, ++inst, sweep_no_workspace, sweep_dispatch<T, Backward>});
+  TCA_DW_G("strip in use", kInUse, kInUseTx, kInUseBps, 1);
+#define TCA_DW_PLANE(NAME, STRIP, BAND, IMAGES) \
+  v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, ++inst, sweep_no_workspace, sweep_plane<T, Backward, KS, SW, STRIP, BAND, IMAGES>})
+  TCA_DW_PLANE("plane S7 B7", 7, 7, 1);
+  TCA_DW_PLANE("plane S7 B7 I2", 7, 7, 2);
+  TCA_DW_PLANE("plane S7 B7 I4", 7, 7, 4);
+  TCA_DW_PLANE("plane S7 B14", 7, 14, 1);
+  TCA_DW_PLANE("plane S7 B14 I2", 7, 14, 2);
+  TCA_DW_PLANE("plane S4 B7", 4, 7, 1);
+  TCA_DW_PLANE("plane S4 B7 I2", 4, 7, 2);
+  TCA_DW_PLANE("plane S4 B4 I4", 4, 4, 4);
+#undef TCA_DW_PLANE
+#ifndef DW_SWEEP_NEW_ONLY
   TCA_DW_G("default", gather_tune(), 32, 8, 1);
   TCA_DW_G("default tx8", gather_tune(), 8, 8, 0);
   TCA_DW_G("stage", kStage, 32, 8, 1);
@@ -160,6 +199,7 @@ void add_gather_variants(std::vector<DwVariant>& v) {
   TCA_DW_GV("stage vec/2 S8", kHalfVec, gather_tune(8, 1, false, true), 32, 8, 1);
   TCA_DW_GV("stage vec/2 unroll", kHalfVec, gather_tune(4, 1, false, true, 256, 0, true), 32, 8, 1);
   TCA_DW_GV("stage vec/4", kQuarterVec, kStage, 32, 8, 1);
+#endif
 #undef TCA_DW_G
 #undef TCA_DW_GV
 }
@@ -186,6 +226,7 @@ void add_filter_variants(std::vector<DwVariant>& v) {
   using InUse = FilterChoice<KS, SW, sizeof(T)>;
   constexpr int kInUse = InUse::kTune, kInUseTx = InUse::kLaunch.max_tx, kInUseSps = InUse::kLaunch.slices_per_sm;
   TCA_DW_F("in use", kInUse, kInUseTx, kInUseSps, 1);
+#ifndef DW_SWEEP_NEW_ONLY
   TCA_DW_F("in use tx16", kInUse, 16, kInUseSps, 0);
   TCA_DW_F("in use slices/SM 2", kInUse, kInUseTx, 2, 0);
   TCA_DW_F("in use slices/SM 6", kInUse, kInUseTx, 6, 0);
@@ -213,6 +254,7 @@ void add_filter_variants(std::vector<DwVariant>& v) {
     TCA_DW_F("out4", filter_tune(kVec, KS, 4, 256, false, 4), 32, 3, 1);
   }
   TCA_DW_F("wide T128 tx16", filter_tune(kWideVec, kWideRows, 4, 128), 16, 3, 1);
+#endif
 #undef TCA_DW_F
 }
 

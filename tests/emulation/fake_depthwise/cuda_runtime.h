@@ -6,6 +6,7 @@
 
 struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline thread_local dim3 blockDim, gridDim;
 inline std::atomic<long> emu_threads_run{0};
 #include <map>
