@@ -20,7 +20,6 @@
 
 #include "kernels/depthwise_choices.cuh"
 #include "kernels/depthwise_plane.cuh"
-#include "kernels/depthwise_plane_filter.cuh"
 
 #include <utility>
 #include <vector>
@@ -132,24 +131,6 @@ int sweep_filter(const DirectConvShape& s, int sm_count, const void* a, const vo
                                                 static_cast<T*>(out), ws, stream));
 }
 
-template <typename T, int KS, int SW, int STRIP, int MAX_BAND, int SLICES_PER_SM>
-size_t sweep_plane_filter_workspace(const DirectConvShape& s, int sm_count) {
-  return plane_filter_workspace<T, KS, SW, STRIP>(s, sm_count, PlaneLaunch{MAX_BAND, 1}, SLICES_PER_SM);
-}
-template <typename T, int KS, int SW, int STRIP, int MAX_BAND, int SLICES_PER_SM>
-int sweep_plane_filter(const DirectConvShape& s, int sm_count, const void* a, const void* b, void* out, void* ws,
-                       cudaStream_t stream) {
-  PlaneFilterGeom fg;
-  int parts;
-  int64_t slices;
-  const PlaneLaunch opt{MAX_BAND, 1};
-  if (!plane_filter_geom<T, KS, SW, STRIP>(s, sm_count, opt, SLICES_PER_SM, fg, parts, slices)) return -1;
-  if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16 != 0) return -1;
-  return static_cast<int>(launch_plane_filter<T, KS, SW, STRIP>(s, sm_count, opt, SLICES_PER_SM,
-                                                                static_cast<const T*>(a), static_cast<const T*>(b),
-                                                                static_cast<T*>(out), ws, stream));
-}
-
 // The gather's variants (forward and backward data). The configuration in use
 // first (the extension's dispatch: the baseline every variant is timed
 // against), then the strip gather's configuration in use (depthwise_choices.cuh);
@@ -245,16 +226,6 @@ void add_filter_variants(std::vector<DwVariant>& v) {
   using InUse = FilterChoice<KS, SW, sizeof(T)>;
   constexpr int kInUse = InUse::kTune, kInUseTx = InUse::kLaunch.max_tx, kInUseSps = InUse::kLaunch.slices_per_sm;
   TCA_DW_F("in use", kInUse, kInUseTx, kInUseSps, 1);
-#define TCA_DW_PLANE_F(NAME, STRIP, BAND, SPS, NEW)                                                       \
-  v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_plane_filter_workspace<T, KS, SW, STRIP, BAND, SPS>, \
-               sweep_plane_filter<T, KS, SW, STRIP, BAND, SPS>})
-  TCA_DW_PLANE_F("plane S7 B7 slices/SM 2", 7, 7, 2, 1);
-  TCA_DW_PLANE_F("plane S7 B7 slices/SM 4", 7, 7, 4, 0);
-  TCA_DW_PLANE_F("plane S7 B7 slices/SM 8", 7, 7, 8, 0);
-  TCA_DW_PLANE_F("plane S7 B7 slices/SM 16", 7, 7, 16, 0);
-  TCA_DW_PLANE_F("plane S7 B4 slices/SM 4", 7, 4, 4, 0);
-  TCA_DW_PLANE_F("plane S4 B7 slices/SM 4", 4, 7, 4, 1);
-#undef TCA_DW_PLANE_F
 #ifndef DW_SWEEP_NEW_ONLY
   TCA_DW_F("in use tx16", kInUse, 16, kInUseSps, 0);
   TCA_DW_F("in use slices/SM 2", kInUse, kInUseTx, 2, 0);
