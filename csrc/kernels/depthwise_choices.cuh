@@ -77,9 +77,9 @@ struct GatherChoice<true, 7, 2> {
 // gather: 2-byte types at stride 1, destination planes up to 14x14; the strip
 // it takes, 0 for the strip gather. The H200 sweep (the zoo's layers, fp16),
 // against the strip gather's configuration in use:
-//   14x14 (3x3, 5x5, 7x7): "plane S7 B7 I2" 1.09-1.39x, forward and backward data;
+//   14x14 (3x3, 5x5, 7x7): "plane S7 B7 I2" 1.09-1.40x, forward and backward data;
 //   7x7 (5x5): "plane S4 B7 I2" 1.03-1.10x backward data, but 0.99-1.06x forward;
-//   28x28 (5x5): 0.62-0.74x, the staging then costs more than the gather it saves.
+//   28x28 (5x5): 0.61-0.74x, the staging then costs more than the gather it saves.
 inline int plane_strip_for(const DirectConvShape& s, bool backward, int bytes) {
   if (bytes != 2 || s.stride_h != 1 || s.stride_w != 1) return 0;
   const int64_t h = backward ? s.h : s.p, w = backward ? s.w : s.q;

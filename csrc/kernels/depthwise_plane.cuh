@@ -3,15 +3,19 @@
 // dilation 1. Included by depthwise_choices.cuh (and so by depthwise.cu and the
 // check program's sweep); anonymous namespace, like depthwise_kernels.cuh.
 //
-// Why a second gather: at 7x7 and 14x14 the strip gather (dw_gather) is
-// latency-bound. ncu on the H200 (64x960x7x7, 5x5) found it issuing about
-// three integer-address, bound-check and fp16-to-fp32 instructions per FMA,
-// at 128 registers a thread (25% occupancy) and 1.6 waves. Here a block
+// Why a second gather: on small planes the strip gather (dw_gather) is bound by
+// instruction issue and latency, not memory. ncu on the H200 (64x960x7x7, 5x5)
+// found it issuing about three integer-address, bound-check and fp16-to-fp32
+// instructions per FMA, at 128 registers a thread (25% occupancy). Here a block
 // stages, once and as fp32, the zero-padded source rows that a band of
 // destination rows reads, for a tile of kPlaneTile channels, and the tile's
 // taps (flipped for the backward data); each thread then sums one vector of 4
 // channels over a strip of STRIP destination columns of one row from shared
-// memory, with compile-time offsets, no bound checks and no conversions.
+// memory, with compile-time offsets, no bound checks and no conversions. On
+// the zoo's 14x14 layers that is 1.09-1.40x the strip gather (H200); at 7x7
+// both stay near 0.020 ms, the staging's instructions taking what the sums
+// save; from 28x28 on the strip gather, which finds its re-reads in L1, wins
+// (benchmarks/results/kernels-h200-2026-12-02-depthwise-plane-sweep.md).
 //
 // Both directions are one correlation over the staged source:
 //   dst[y][x] += src[y*SW - pad_h + r][x*SW - pad_w + s] * taps[r][s]
@@ -80,15 +84,14 @@ __device__ __forceinline__ void stage_rows(float* to, int rows, int cols, int co
 // Block: kPlaneTile / kPlaneVec channel vectors (x) by images * band * strips
 // threads (y: strip fastest, then band row, then image); grid: (image groups *
 // bands, channel tiles). The staging loops are unrolled so that each thread
-// has several loads in flight: one at a time, they were what bound the first
-// version at 7x7 (as slow as the strip gather).
+// has several loads in flight.
 template <typename T, int KS, int SW, int STRIP>
 __global__ void __launch_bounds__(256) dw_plane(PlaneGeom g, const T* __restrict__ src, const T* __restrict__ weight,
                                                 T* __restrict__ dst) {
   constexpr int kTaps = KS * KS;
-  constexpr int kSpan = (STRIP - 1) * SW + KS;                   // source columns a strip reads
+  constexpr int kSpan = (STRIP - 1) * SW + KS;  // source columns a strip reads
   extern __shared__ __align__(16) float smem[];
-  float* taps = smem;                      // [tap][tile channel]
+  float* taps = smem;                       // [tap][tile channel]
   float* band = smem + kTaps * kPlaneTile;  // [row][column][tile channel]
   const int tile0 = blockIdx.y * kPlaneTile;
   const int n0 = blockIdx.x / g.bands * g.images, y0 = (blockIdx.x % g.bands) * g.band;
