@@ -40,6 +40,12 @@ CASES = [
     form("dw3x3_dilated", 2, 16, 16, (12, 12), (3, 3), padding=2, dilation=2, groups=16),
     form("dw_multiplier2", 2, 8, 16, (10, 10), (3, 3), padding=1, groups=8),
     form("dw_batch1", 1, 64, 64, (7, 7), (3, 3), stride=2, padding=1, groups=64),
+    # Small planes at stride 1 in fp16/bf16 run the plane gather (depthwise_plane.cuh): two strips
+    # of seven columns, the second partial, and three channel tiles, the last partial; then a
+    # 7-column backward data in strips of four, the staged band wider than the plane.
+    form("dw5x5_plane", 3, 72, 72, (10, 13), (5, 5), padding=2, groups=72),
+    form("dw3x3_plane_narrow", 3, 24, 24, (7, 6), (3, 3), padding=1, groups=24),
+    form("dw7x7_plane_unpadded", 2, 40, 40, (14, 12), (7, 7), padding=(1, 2), groups=40),
     # The depthwise kernels' shapes off their compile-time windows: non-square, stride 3, a
     # filter wider than 7, and channel counts for each vector width (8, 2 and 1 fp16 channels).
     form("dw1x7", 2, 40, 40, (9, 23), (1, 7), padding=(0, 3), groups=40),
