@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import subprocess
@@ -103,8 +104,8 @@ BASELINES = ("benchmark", "heuristics")  # stock as torch.backends.cudnn.benchma
 BASELINE_OF_UNLABELLED_REPORTS = "heuristics"  # files written before the baseline was recorded ran with benchmark=False
 PROFILED_STEPS, PROFILE_WARM_UP = 3, 2  # per variant, for its convolution time
 WALL_STEPS, WALL_WARM_UP = 10, 2  # per variant, uncaptured steps back to back
-KEPT_CONV_ROWS = 40  # of the costliest convolution rows per variant, in the JSON
-TOP_EAGER_CONV_ROWS = 10  # rendered per network
+KEPT_CONV_ROWS = 40  # of the costliest convolution rows per variant, in a child's result
+TOP_EAGER_CONV_ROWS = 10  # rendered per network; the JSON keeps these rows of every variant
 
 
 def variants_of(child: str) -> tuple[str, ...]:
@@ -210,6 +211,27 @@ def conv_entry(profile: dict, calls: list[ConvCall] | None, peaks: Peaks | None)
 
 def costliest(rows: list[dict], count: int) -> list[dict]:
     return sorted(rows, key=lambda row: -row["gpu_us"])[:count]
+
+
+def row_key(row: dict) -> tuple[str, str]:
+    return row["op"], row["shapes"]
+
+
+def with_kept_conv_rows(record: dict) -> dict:
+    """A network's record keeping, in every variant, only the convolution rows that are among
+    some variant's costliest TOP_EAGER_CONV_ROWS: every row the render can show, with each
+    variant's time of it (stock's time of the plan's costliest rows among them). The totals stay."""
+    record = copy.deepcopy(record)
+    entries = [entry for result in record.get("children", {}).values()
+               for entry in (result.get("conv") or {}).values()]
+    row_lists = [rows for entry in entries
+                 for rows in (entry.get("rows", []), (entry.get("roofline") or {}).get("rows", []))]
+    kept = {row_key(row) for rows in row_lists for row in costliest(rows, TOP_EAGER_CONV_ROWS)}
+    for entry in entries:
+        entry["rows"] = [row for row in entry.get("rows", []) if row_key(row) in kept]
+        if entry.get("roofline"):
+            entry["roofline"]["rows"] = [row for row in entry["roofline"]["rows"] if row_key(row) in kept]
+    return record
 
 
 def measure_convolutions(trainer: Trainer, labels: Sequence[str],
@@ -596,7 +618,7 @@ def eager_conv_rows_lines(record: dict) -> list[str]:
     if plan is None:
         return []
     rows = plan["roofline"]["rows"] if plan.get("roofline") else plan["rows"]
-    stock_us = {(row["op"], row["shapes"]): row["gpu_us"] for row in stock.get("rows", [])}
+    stock_us = {row_key(row): row["gpu_us"] for row in stock.get("rows", [])}
     lines = ["", f"### {record['name']}", "",
              "| op | tensor shapes | calls | stock ms | plan ms | bound ms | % of bound | TB/s |",
              "|---|---|--:|--:|--:|--:|--:|--:|"]
@@ -604,7 +626,7 @@ def eager_conv_rows_lines(record: dict) -> list[str]:
         fraction = row.get("fraction")
         percent_of_bound = None if fraction is None else 100 * fraction
         lines.append(f"| {CONV_OPS[row['op']]} | {shapes_text(row['shapes'])} | {row['calls']:g} | "
-                     f"{num(us_as_ms(stock_us.get((row['op'], row['shapes']))), 3)} | {num(row['gpu_us'] / 1e3, 3)} | "
+                     f"{num(us_as_ms(stock_us.get(row_key(row))), 3)} | {num(row['gpu_us'] / 1e3, 3)} | "
                      f"{num(us_as_ms(row.get('bound_us')), 3)} | {num(percent_of_bound, 0)} | "
                      f"{num(row.get('tb_per_s'), 2)} |")
     return lines
@@ -777,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [record["name"] for record in records]
         report["networks"] = [*(record for name, record in earlier.items() if name not in names),
                               *(merged(earlier.get(record["name"]), record) for record in records)]
+        report["networks"] = [with_kept_conv_rows(record) for record in report["networks"]]
         write_json(stem.with_suffix(".json"), report)
         markdown = render(report)
         stem.with_suffix(".md").write_text(markdown)

@@ -524,6 +524,28 @@ CONV_REPORT = {
 }
 
 
+def test_kept_rows_are_every_variants_costliest_with_each_variants_time_of_them() -> None:
+    """The JSON keeps only the rows some variant ranks among its costliest, but keeps them in every
+    variant: the plan's costliest row keeps stock's time of it though stock ranks it last."""
+    def rows(times_us: list[float]) -> list[dict]:
+        return [{"op": FORWARD, "shapes": f"[[{index}]]", "calls": 1, "gpu_us": us} for index, us in enumerate(times_us)]
+
+    count = compiled.TOP_EAGER_CONV_ROWS
+    stock_times = [float(100 + index) for index in range(count + 5)]  # row 0 is stock's cheapest
+    plan_times = [1000.0]  # and the plan's costliest
+    record = {"name": "n", "children": {"eager": {"conv": {
+        "eager stock": _conv_entry(1.0, rows=rows(stock_times)),
+        "eager plan": _conv_entry(1.0, bound_us=1.0, rows=rows(plan_times))}}}}
+    kept = compiled.with_kept_conv_rows(record)
+    stock = kept["children"]["eager"]["conv"]["eager stock"]
+    plan = kept["children"]["eager"]["conv"]["eager plan"]
+    stock_kept = {row["shapes"] for row in stock["rows"]}
+    assert stock_kept == {"[[0]]", *(f"[[{index}]]" for index in range(5, count + 5))}
+    assert [row["shapes"] for row in plan["roofline"]["rows"]] == ["[[0]]"]
+    assert stock["conv_us"] == 1.0 and len(record["children"]["eager"]["conv"]["eager stock"]["rows"]) == count + 5
+    assert "| forward | 0 | 1 | 0.100 | 1.000 |" in compiled.render({**CONV_REPORT, "networks": [kept]})
+
+
 def test_render_shows_convolution_time_its_bound_and_wall_time() -> None:
     text = compiled.render(CONV_REPORT)
     assert "Stock: `torch.backends.cudnn.benchmark = True`" in text
