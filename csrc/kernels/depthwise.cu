@@ -113,7 +113,7 @@ bool plane_choice(const DirectConvShape& s, bool backward, const T* src, const T
   {                                                                                                   \
     PlaneGeom g;                                                                                      \
     if (!plane_geom<T, KS, 1, STRIP>(s, backward, kPlaneLaunch, g)) return false;                     \
-    result = launch_plane<T, KS, 1, STRIP>(s, backward, kPlaneLaunch, src, weight, dst, stream);       \
+    result = launch_plane<T, KS, 1, STRIP>(g, src, weight, dst, stream);                               \
     return true;                                                                                      \
   }
 #define TCA_DW_PLANE_STRIPS(KS) \

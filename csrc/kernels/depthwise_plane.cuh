@@ -211,16 +211,12 @@ inline size_t plane_shared_bytes(const PlaneGeom& g, int ks) {
          sizeof(float);
 }
 
-// Launches the plane gather over the shape (src: x forward, dy backward);
-// cudaErrorInvalidValue where it does not apply (the caller checks first).
+// Launches the plane gather with the geometry plane_geom made for the shape
+// (src: x forward, dy backward; src and dst 16-byte aligned, which the caller
+// checks: the dispatch falls back to the strip gather where they are not).
 template <typename T, int KS, int SW, int STRIP>
-cudaError_t launch_plane(const DirectConvShape& s, bool backward, PlaneLaunch opt, const T* src, const T* weight, T* dst,
-                         cudaStream_t stream) {
-  PlaneGeom g;
-  if (!plane_geom<T, KS, SW, STRIP>(s, backward, opt, g)) return cudaErrorInvalidValue;
-  const uintptr_t bits = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst);
-  if (bits % 16 != 0) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(ceil_div(s.n, g.images) * g.bands), static_cast<unsigned>(ceil_div(s.c, kPlaneTile)));
+cudaError_t launch_plane(const PlaneGeom& g, const T* src, const T* weight, T* dst, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(g.n, g.images) * g.bands), static_cast<unsigned>(ceil_div(g.c, kPlaneTile)));
   const dim3 block(kPlaneTile / kPlaneVec, static_cast<unsigned>(g.images * g.band * g.strips));
   return launch_kernel(dw_plane<T, KS, SW, STRIP>, grid, block, plane_shared_bytes(g, KS), stream, g, src, weight, dst);
 }

@@ -107,8 +107,8 @@ int sweep_plane(const DirectConvShape& s, int, const void* a, const void* b, voi
     const PlaneLaunch opt{MAX_BAND, MAX_IMAGES};
     if (!plane_geom<T, KS, SW, STRIP>(s, Backward, opt, g)) return -1;
     if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(out)) % 16 != 0) return -1;
-    return static_cast<int>(launch_plane<T, KS, SW, STRIP>(s, Backward, opt, static_cast<const T*>(a),
-                                                          static_cast<const T*>(b), static_cast<T*>(out), stream));
+    return static_cast<int>(launch_plane<T, KS, SW, STRIP>(g, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                          static_cast<T*>(out), stream));
   }
 }
 template <int KS, int TUNE, int MAX_TX, int SLICES_PER_SM>
