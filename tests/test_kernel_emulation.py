@@ -1,4 +1,4 @@
-"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, stem_filter.cu, depthwise.cu, direct_conv.cu) run on the host
+"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, gemm_filter.cu, depthwise.cu, direct_conv.cu) run on the host
 by an emulation of the CUDA runtime (tests/emulation: the kernel file rewritten where CUDA-only
 syntax stands, blocks run in turn, their threads as real threads so barriers are real, shared
 memory filled with NaN), against float64 references: every output element, guard regions around
@@ -39,7 +39,7 @@ def test_grouped_tensor_core_kernel_matches_float64_on_the_host(tmp_path: Path) 
 
 @needs_cxx
 def test_stem_filter_gradient_kernel_matches_float64_on_the_host(tmp_path: Path) -> None:
-    output = run_emulation("stem", tmp_path)
+    output = run_emulation("gemm-filter", tmp_path)
     assert "ALL PASS (0 failures" in output, output[-4000:]
     # Several tiles a block, and the refusals, were among the cases.
     assert "several a block) fp16 wNCHW sm1   workspace 10368 " in output, output[-4000:]
@@ -72,4 +72,4 @@ def test_general_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
 def test_the_runner_names_what_it_runs() -> None:
     done = subprocess.run(["sh", str(RUN), "conv3d"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 2
-    assert "the kernel is grouped, stem, depthwise or direct, got 'conv3d'" in done.stderr
+    assert "the kernel is grouped, gemm-filter, depthwise or direct, got 'conv3d'" in done.stderr

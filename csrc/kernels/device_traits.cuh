@@ -1,6 +1,6 @@
 // What a kernel's launch needs to know of the GPU it runs on, read once per
 // device: the queries are cheap, but a launch should not pay them every time.
-// Shared by the tensor-core kernels (grouped_mma.cu, stem_filter.cu); inline,
+// Shared by the tensor-core kernels (grouped_mma.cu, gemm_filter.cu); inline,
 // so every kernel file sees the same per-device cache.
 #pragma once
 

@@ -15,7 +15,7 @@
 // instead as tensor-core GEMMs where they can: grouped_mma.cu; depthwise
 // convolutions in NHWC (fp16, bf16, fp32) run depthwise.cu's kernels; the
 // filter gradient of stems (few input channels, fp16/bf16, NHWC) is a
-// tensor-core GEMM too: stem_filter.cu.
+// tensor-core GEMM too: gemm_filter.cu.
 #include "kernels/direct_conv.h"
 
 #include "kernels/depthwise.h"
@@ -23,7 +23,7 @@
 #include "kernels/element_types.h"
 #include "kernels/grouped_mma.h"
 #include "kernels/slice_sum.cuh"
-#include "kernels/stem_filter.h"
+#include "kernels/gemm_filter.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -439,7 +439,7 @@ FilterLaunch filter_launch(const DirectConvShape& s, DirectDType dtype, int vec,
 }
 
 template <typename T, typename Index>
-cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bool stem_filter, const void* a,
+cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bool gemm_filter, const void* a,
                          const void* b, void* out, void* workspace, int sm_count, cudaStream_t stream) {
   constexpr int kVec = vector_width<T>();
   const Geometry<Index> g = geometry_of<Index>(s);
@@ -452,8 +452,8 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bo
   const T* tb = static_cast<const T*>(b);
   T* to = static_cast<T*>(out);
   if (direction == DirectDirection::kBackwardFilter) {
-    if (stem_filter && stem_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(b) % 16 == 0))
-      return static_cast<cudaError_t>(launch_stem_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
+    if (gemm_filter && gemm_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(b) % 16 == 0))
+      return static_cast<cudaError_t>(launch_gemm_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
     using Acc = typename AccOf<T>::type;
     const FilterLaunch l = filter_launch(s, dtype_of<T>(), vec, sm_count);
     Acc* partial = static_cast<Acc*>(workspace);
@@ -536,15 +536,15 @@ size_t workspace_of(const DirectConvShape& s, DirectDType dtype, DirectDirection
                                   filter_launch(s, dtype, nhwc_vector(s, dtype, direction), sm_count).slices);
   const int acc_bytes = dtype == DirectDType::kDouble ? 8 : 4;
   return std::max(static_cast<size_t>(slices * (s.c / s.groups) * s.r * s.s * s.k * acc_bytes),
-                  stem_filter_workspace_bytes(s, dtype, sm_count));
+                  gemm_filter_workspace_bytes(s, dtype, sm_count));
 }
 
 template <typename T>
 cudaError_t launch_indexed(const DirectLaunch& l, const void* a, const void* b, void* out, void* workspace,
                            cudaStream_t stream) {
   if (l.wide_index)
-    return launch_typed<T, int64_t>(l.shape, l.direction, l.stem_filter, a, b, out, workspace, l.sm_count, stream);
-  return launch_typed<T, int>(l.shape, l.direction, l.stem_filter, a, b, out, workspace, l.sm_count, stream);
+    return launch_typed<T, int64_t>(l.shape, l.direction, l.gemm_filter, a, b, out, workspace, l.sm_count, stream);
+  return launch_typed<T, int>(l.shape, l.direction, l.gemm_filter, a, b, out, workspace, l.sm_count, stream);
 }
 
 }  // namespace
@@ -567,7 +567,7 @@ DirectLaunch prepare_direct_conv(const DirectConvShape& s, DirectDType dtype, Di
   l.workspace_bytes = workspace_of(s, dtype, direction, sm_count);
   // The shape decides here, once; the GPU (current at launch, not necessarily
   // here: runners are built on worker threads) and dy's alignment at launch.
-  l.stem_filter = stem_filter_fits(s, dtype, direction);
+  l.gemm_filter = gemm_filter_fits(s, dtype, direction);
   // Every element index, the partial sums' included, must fit 32 bits for int arithmetic.
   const int64_t partials = static_cast<int64_t>(l.workspace_bytes / (dtype == DirectDType::kDouble ? 8 : 4));
   const int64_t largest = std::max({s.n * s.c * s.h * s.w, s.n * s.k * s.p * s.q,

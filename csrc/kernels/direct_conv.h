@@ -47,9 +47,9 @@ struct DirectLaunch {
   size_t workspace_bytes = 0;
   bool wide_index = false;  // 64-bit index arithmetic: a tensor of 2^31 elements or more
   bool depthwise = false;   // the depthwise kernels run it (depthwise.h)
-  // The shape suits the stem kernel (stem_filter.h): the filter gradient runs it
+  // The shape suits the stem kernel (gemm_filter.h): the filter gradient runs it
   // where the GPU and dy's alignment allow, checked at launch.
-  bool stem_filter = false;
+  bool gemm_filter = false;
 };
 
 DirectLaunch prepare_direct_conv(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,

@@ -5,7 +5,7 @@
 // element type, groups, strides, padding, dilation, 1-d, odd sizes, both
 // weight layouts, misaligned operands (the one-element paths) and 64-bit
 // indexing. The specialised kernels (depthwise.cu, grouped_mma.cu,
-// stem_filter.cu, each emulated on its own) are stubbed out here as not
+// gemm_filter.cu, each emulated on its own) are stubbed out here as not
 // applying, so every case runs the general kernels, which serve every shape
 // those do not take.
 // Build and run: tests/emulation/run direct [thorough] [asan]; tests/test_kernel_emulation.py runs it.
@@ -36,12 +36,12 @@ int launch_grouped_mma(const DirectConvShape&, DirectDType, DirectDirection, boo
                        void*, CUstream_st*) {
   emu_fail("launch_grouped_mma called although grouped_mma_applies refused");
 }
-bool stem_filter_fits(const DirectConvShape&, DirectDType, DirectDirection) { return false; }
-bool stem_filter_applies(const DirectConvShape&, DirectDType, DirectDirection, bool) { return false; }
-size_t stem_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
-int launch_stem_filter(const DirectConvShape&, DirectDType, int, const void*, const void*, void*, void*,
+bool gemm_filter_fits(const DirectConvShape&, DirectDType, DirectDirection) { return false; }
+bool gemm_filter_applies(const DirectConvShape&, DirectDType, DirectDirection, bool) { return false; }
+size_t gemm_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
+int launch_gemm_filter(const DirectConvShape&, DirectDType, int, const void*, const void*, void*, void*,
                        CUstream_st*) {
-  emu_fail("launch_stem_filter called although stem_filter_applies refused");
+  emu_fail("launch_gemm_filter called although gemm_filter_applies refused");
 }
 }  // namespace torch_cudnn_algo::kernels
 

@@ -1,4 +1,4 @@
-// Tensor-core filter gradient for stems (see stem_filter.h). Compiled by nvcc
+// Tensor-core filter gradient for stems (see gemm_filter.h). Compiled by nvcc
 // alone, like direct_conv.cu: no torch header.
 //
 // The GEMM: dweight^T[j, k] = sum over output pixels m of A[j, m] * B[m, k],
@@ -14,7 +14,7 @@
 // block's pixel tiles; at the end every block writes its sums as one slice of
 // fp32 partials, and sum_slices (slice_sum.cuh) adds the slices of each weight
 // element in a fixed order. No atomics: deterministic.
-#include "kernels/stem_filter.h"
+#include "kernels/gemm_filter.h"
 
 #include "kernels/device_traits.cuh"
 #include "kernels/slice_sum.cuh"
@@ -66,7 +66,7 @@ constexpr int kResidentBlocks[] = {6, 4, 3, 3, 3};
 // The partial sums stay below 16 MB: the finish (sum_slices) reads them all once.
 constexpr int64_t kMaxPartialFloats = int64_t{4} << 20;
 
-struct StemPlan {
+struct GemmFilterPlan {
   bool fits = false;
   int rows = 0;              // c * r * s
   int row_fragments = 0;     // ceil(rows / 16)
@@ -77,8 +77,8 @@ struct StemPlan {
   size_t shared_bytes = 0;
 };
 
-StemPlan plan_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction) {
-  StemPlan plan;
+GemmFilterPlan plan_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction) {
+  GemmFilterPlan plan;
   if (dtype != DirectDType::kHalf && dtype != DirectDType::kBFloat16) return plan;
   if (direction != DirectDirection::kBackwardFilter || !s.channels_last || s.groups != 1) return plan;
   if (s.n < 1 || s.c < 1 || s.h < 1 || s.w < 1 || s.k < 1 || s.p < 1 || s.q < 1 || s.r < 1 || s.s < 1) return plan;
@@ -108,7 +108,7 @@ StemPlan plan_of(const DirectConvShape& s, DirectDType dtype, DirectDirection di
   return plan;
 }
 
-int64_t slices_of(const StemPlan& plan, int64_t k, int sm_count) {
+int64_t slices_of(const GemmFilterPlan& plan, int64_t k, int sm_count) {
   const int64_t sms = std::max(1, sm_count);
   const int64_t per_slice = static_cast<int64_t>(plan.rows) * k;
   const int64_t most = std::max<int64_t>(sms, kMaxPartialFloats / per_slice);
@@ -117,7 +117,7 @@ int64_t slices_of(const StemPlan& plan, int64_t k, int sm_count) {
 
 // ---------------------------------------------------------------- device side
 
-struct StemGeometry {
+struct GemmFilterGeometry {
   int64_t pixels, tiles, blocks;  // blocks: the grid's, the stride of a block's tiles
   int h, w, c, p, q, k, r, s;
   int sh, sw, ph, pw, dh, dw;
@@ -137,7 +137,7 @@ struct alignas(sizeof(T) * N) Packed {
 //   tap_offset [row_fragments * 16] int           row j's element offset from the window's corner
 //   scratch    [kWarps][16][kScratchLd] float     a warp's accumulator on its way out
 template <typename T, int kFragmentsPerWarp>
-__global__ void __launch_bounds__(kThreads) stem_filter_nhwc(StemGeometry g, const T* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry g, const T* __restrict__ x,
                                                              const T* __restrict__ dy, float* __restrict__ partial) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   namespace wmma = nvcuda::wmma;
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kThreads) stem_filter_nhwc(StemGeometry g, con
 // Writes the total of element e = j * k + kk (the partials' layout,
 // j = (ci * r + r_i) * s + s_i) as T at the weight's strides: sum_slices' store.
 template <typename T>
-struct StemWeightStore {
+struct GemmFilterWeightStore {
   T* dweight;
   int k, taps, filter_w;
   int64_t ws0, ws1, ws2, ws3;
@@ -301,8 +301,8 @@ struct StemWeightStore {
   }
 };
 
-StemGeometry geometry_of(const DirectConvShape& s, const StemPlan& plan, int64_t blocks) {
-  StemGeometry g;
+GemmFilterGeometry geometry_of(const DirectConvShape& s, const GemmFilterPlan& plan, int64_t blocks) {
+  GemmFilterGeometry g;
   g.pixels = plan.pixels;
   g.tiles = plan.tiles;
   g.blocks = blocks;
@@ -329,17 +329,17 @@ StemGeometry geometry_of(const DirectConvShape& s, const StemPlan& plan, int64_t
 }
 
 template <typename T>
-cudaError_t launch_typed(const DirectConvShape& shape, const StemPlan& plan, int sm_count, const void* x,
+cudaError_t launch_typed(const DirectConvShape& shape, const GemmFilterPlan& plan, int sm_count, const void* x,
                          const void* dy, void* dweight, void* workspace, cudaStream_t stream) {
   const int64_t blocks = slices_of(plan, shape.k, sm_count);
-  const StemGeometry g = geometry_of(shape, plan, blocks);
+  const GemmFilterGeometry g = geometry_of(shape, plan, blocks);
   float* const partial = static_cast<float*>(workspace);
   // Accumulators a warp holds: the fewest instantiated that cover its share,
   // so that small results keep registers (and resident blocks) free.
-  constexpr void (*kKernels[])(StemGeometry, const T*, const T*, float*) = {
-      stem_filter_nhwc<T, kFragmentChoices[0]>, stem_filter_nhwc<T, kFragmentChoices[1]>,
-      stem_filter_nhwc<T, kFragmentChoices[2]>, stem_filter_nhwc<T, kFragmentChoices[3]>,
-      stem_filter_nhwc<T, kFragmentChoices[4]>};
+  constexpr void (*kKernels[])(GemmFilterGeometry, const T*, const T*, float*) = {
+      gemm_filter_nhwc<T, kFragmentChoices[0]>, gemm_filter_nhwc<T, kFragmentChoices[1]>,
+      gemm_filter_nhwc<T, kFragmentChoices[2]>, gemm_filter_nhwc<T, kFragmentChoices[3]>,
+      gemm_filter_nhwc<T, kFragmentChoices[4]>};
   const auto kernel = kKernels[plan.choice];
   kernel<<<static_cast<unsigned>(blocks), kThreads, plan.shared_bytes, stream>>>(
       g, static_cast<const T*>(x), static_cast<const T*>(dy), partial);
@@ -347,34 +347,34 @@ cudaError_t launch_typed(const DirectConvShape& shape, const StemPlan& plan, int
   if (launched != cudaSuccess) return launched;
   const int64_t* ws = shape.weight_strides;
   return launch_sum_slices(static_cast<const float*>(partial), blocks, static_cast<int64_t>(plan.rows) * shape.k,
-                           StemWeightStore<T>{static_cast<T*>(dweight), g.k, g.r * g.s, g.s, ws[0], ws[1], ws[2], ws[3]},
+                           GemmFilterWeightStore<T>{static_cast<T*>(dweight), g.k, g.r * g.s, g.s, ws[0], ws[1], ws[2], ws[3]},
                            stream);
 }
 
 }  // namespace
 
-bool stem_filter_fits(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction) {
+bool gemm_filter_fits(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction) {
   return plan_of(shape, dtype, direction).fits;
 }
 
-bool stem_filter_applies(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
+bool gemm_filter_applies(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
                          bool dy_aligned) {
-  if (!dy_aligned || !stem_filter_fits(shape, dtype, direction)) return false;
+  if (!dy_aligned || !gemm_filter_fits(shape, dtype, direction)) return false;
   int device = 0;
   DeviceTraits traits;
   // bf16 wmma needs compute capability 8.0.
   return current_device(&device, &traits) && traits.major >= 8;
 }
 
-size_t stem_filter_workspace_bytes(const DirectConvShape& shape, DirectDType dtype, int sm_count) {
-  const StemPlan plan = plan_of(shape, dtype, DirectDirection::kBackwardFilter);
+size_t gemm_filter_workspace_bytes(const DirectConvShape& shape, DirectDType dtype, int sm_count) {
+  const GemmFilterPlan plan = plan_of(shape, dtype, DirectDirection::kBackwardFilter);
   if (!plan.fits) return 0;
   return static_cast<size_t>(slices_of(plan, shape.k, sm_count) * plan.rows * shape.k) * sizeof(float);
 }
 
-int launch_stem_filter(const DirectConvShape& shape, DirectDType dtype, int sm_count, const void* x, const void* dy,
+int launch_gemm_filter(const DirectConvShape& shape, DirectDType dtype, int sm_count, const void* x, const void* dy,
                        void* dweight, void* workspace, CUstream_st* stream) {
-  const StemPlan plan = plan_of(shape, dtype, DirectDirection::kBackwardFilter);
+  const GemmFilterPlan plan = plan_of(shape, dtype, DirectDirection::kBackwardFilter);
   if (!plan.fits) return static_cast<int>(cudaErrorInvalidValue);
   if (dtype == DirectDType::kHalf)
     return static_cast<int>(launch_typed<__half>(shape, plan, sm_count, x, dy, dweight, workspace, stream));

@@ -24,24 +24,24 @@ namespace torch_cudnn_algo::kernels {
 // addresses: backward filter; fp16 or bf16; channels_last; one group; at most
 // 160 (ci, r, s) rows (a 7x7 filter of 3 channels takes 147) and a multiple
 // of 8 output channels, at most 64; the tile fits in 48 KB of shared memory.
-bool stem_filter_fits(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction);
+bool gemm_filter_fits(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction);
 
-// Whether the kernel runs it on the current GPU: stem_filter_fits, dy 16-byte
+// Whether the kernel runs it on the current GPU: gemm_filter_fits, dy 16-byte
 // aligned (`dy_aligned`: it is read by vectors) and compute capability 8.0 or
 // later (bf16 tensor cores). Otherwise the generic filter kernel runs it.
-bool stem_filter_applies(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
+bool gemm_filter_applies(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
                          bool dy_aligned);
 
 // The workspace it needs: fp32 partial sums, a slice per block of the grid
 // (which the GPU's SM count sizes). 0 when the shape does not fit.
-size_t stem_filter_workspace_bytes(const DirectConvShape& shape, DirectDType dtype, int sm_count);
+size_t gemm_filter_workspace_bytes(const DirectConvShape& shape, DirectDType dtype, int sm_count);
 
-// Runs the filter gradient of a convolution stem_filter_applies took, on
+// Runs the filter gradient of a convolution gemm_filter_applies took, on
 // `stream`: (x, dy) -> dweight, written with shape.weight_strides; `workspace`
-// holds stem_filter_workspace_bytes(...). Deterministic (no atomics: the
+// holds gemm_filter_workspace_bytes(...). Deterministic (no atomics: the
 // partial sums are added in a fixed order). Returns the CUDA error code of the
 // launch (0 on success).
-int launch_stem_filter(const DirectConvShape& shape, DirectDType dtype, int sm_count, const void* x, const void* dy,
+int launch_gemm_filter(const DirectConvShape& shape, DirectDType dtype, int sm_count, const void* x, const void* dy,
                        void* dweight, void* workspace, CUstream_st* stream);
 
 }  // namespace torch_cudnn_algo::kernels

@@ -1,4 +1,4 @@
-# Rewrites csrc/kernels/stem_filter.cu for the host emulation (rewrite.py: each
+# Rewrites csrc/kernels/gemm_filter.cu for the host emulation (rewrite.py: each
 # rewrite matches as counted).
 import sys
 from rewrite import Rewrite, inline_slice_sum

@@ -1,11 +1,11 @@
-// Runs csrc/kernels/stem_filter.cu's own source (host-side logic and the kernel
-// body, rewritten by transform_stem_filter.py) on the CPU: the filter gradient
+// Runs csrc/kernels/gemm_filter.cu's own source (host-side logic and the kernel
+// body, rewritten by transform_gemm_filter.py) on the CPU: the filter gradient
 // of stem-like convolutions (few input channels) against a float64 reference,
 // in both weight layouts, every weight element written (a NaN prefill of the
 // output and the workspace shows one that is not, or a partial never summed),
 // guard regions around the output untouched, and the shapes it must refuse.
-// Build and run: tests/emulation/run stem [asan]; tests/test_kernel_emulation.py runs it.
-#include STEM_FILTER_EMU_INC
+// Build and run: tests/emulation/run gemm-filter [asan]; tests/test_kernel_emulation.py runs it.
+#include GEMM_FILTER_EMU_INC
 
 #include "check_common.h"
 
@@ -39,17 +39,17 @@ void run(const Case& t, int sm_count, bool weight_channels_last) {
   const int64_t w_strides[2][4] = {{t.c * t.r * t.s, t.r * t.s, t.s, 1}, {t.c * t.r * t.s, 1, t.s * t.c, t.c}};
   for (int d = 0; d < 4; ++d) s.weight_strides[d] = w_strides[weight_channels_last][d];
   const DirectDirection dir = DirectDirection::kBackwardFilter;
-  const bool applies = stem_filter_applies(s, dtype_of<T>(), dir, true);
-  if (applies != t.expect || stem_filter_fits(s, dtype_of<T>(), dir) != t.expect ||
-      (stem_filter_workspace_bytes(s, dtype_of<T>(), sm_count) > 0) != t.expect) {
+  const bool applies = gemm_filter_applies(s, dtype_of<T>(), dir, true);
+  if (applies != t.expect || gemm_filter_fits(s, dtype_of<T>(), dir) != t.expect ||
+      (gemm_filter_workspace_bytes(s, dtype_of<T>(), sm_count) > 0) != t.expect) {
     std::printf("FAIL %s: applies=%d expected %d\n", t.name.c_str(), applies, t.expect);
     ++failures;
   }
   if (!applies) {
-    if (stem_filter_applies(s, dtype_of<T>(), dir, true)) ++failures;
+    if (gemm_filter_applies(s, dtype_of<T>(), dir, true)) ++failures;
     return;
   }
-  if (stem_filter_applies(s, dtype_of<T>(), dir, false)) {
+  if (gemm_filter_applies(s, dtype_of<T>(), dir, false)) {
     std::printf("FAIL %s: applies to a misaligned dy\n", t.name.c_str());
     ++failures;
   }
@@ -73,12 +73,12 @@ void run(const Case& t, int sm_count, bool weight_channels_last) {
               ref_abs[j * s.k + k] += std::fabs(v);
             }
         });
-  const size_t workspace_bytes = stem_filter_workspace_bytes(s, dtype_of<T>(), sm_count);
+  const size_t workspace_bytes = gemm_filter_workspace_bytes(s, dtype_of<T>(), sm_count);
   std::vector<float> workspace(workspace_bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
   const int64_t guard = 64;
   std::vector<T> out(rows * s.k + 2 * guard);
   std::memset(out.data(), 0xFF, out.size() * sizeof(T));
-  const int code = launch_stem_filter(s, dtype_of<T>(), sm_count, x.data(), dy.data(), out.data() + guard,
+  const int code = launch_gemm_filter(s, dtype_of<T>(), sm_count, x.data(), dy.data(), out.data() + guard,
                                       workspace.data(), nullptr);
   ++runs;
   // One rounding to the output type on top of fp32 sums.
