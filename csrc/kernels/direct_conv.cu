@@ -14,8 +14,8 @@
 // Grouped convolutions of 8 to 64 channels a group (fp16/bf16, NHWC) run
 // instead as tensor-core GEMMs where they can: grouped_mma.cu; depthwise
 // convolutions in NHWC (fp16, bf16, fp32) run depthwise.cu's kernels; the
-// filter gradient of stems (few input channels, fp16/bf16, NHWC) is a
-// tensor-core GEMM too: gemm_filter.cu.
+// filter gradient of stems (few input channels) and of groups of 8 to 32
+// channels (fp16/bf16, NHWC) is a tensor-core GEMM too: gemm_filter.cu.
 #include "kernels/direct_conv.h"
 
 #include "kernels/depthwise.h"
@@ -452,7 +452,8 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bo
   const T* tb = static_cast<const T*>(b);
   T* to = static_cast<T*>(out);
   if (direction == DirectDirection::kBackwardFilter) {
-    if (gemm_filter && gemm_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(b) % 16 == 0))
+    if (gemm_filter && gemm_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(a) % 16 == 0,
+                                           reinterpret_cast<uintptr_t>(b) % 16 == 0))
       return static_cast<cudaError_t>(launch_gemm_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
     using Acc = typename AccOf<T>::type;
     const FilterLaunch l = filter_launch(s, dtype_of<T>(), vec, sm_count);
@@ -530,8 +531,8 @@ std::string refusal_of(const DirectConvShape& s, DirectDType dtype, DirectDirect
 
 size_t workspace_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction, int sm_count) {
   if (direction != DirectDirection::kBackwardFilter) return 0;
-  // The launch vectorises only aligned operands, and takes the stem kernel only
-  // for an aligned dy on a GPU that has it: room for every way.
+  // The launch vectorises only aligned operands, and takes the GEMM filter
+  // kernel only for aligned operands on a GPU that has it: room for every way.
   const int64_t slices = std::max(filter_launch(s, dtype, 1, sm_count).slices,
                                   filter_launch(s, dtype, nhwc_vector(s, dtype, direction), sm_count).slices);
   const int acc_bytes = dtype == DirectDType::kDouble ? 8 : 4;

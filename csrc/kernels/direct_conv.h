@@ -47,8 +47,8 @@ struct DirectLaunch {
   size_t workspace_bytes = 0;
   bool wide_index = false;  // 64-bit index arithmetic: a tensor of 2^31 elements or more
   bool depthwise = false;   // the depthwise kernels run it (depthwise.h)
-  // The shape suits the stem kernel (gemm_filter.h): the filter gradient runs it
-  // where the GPU and dy's alignment allow, checked at launch.
+  // The shape suits the GEMM filter kernel (gemm_filter.h): the filter gradient
+  // runs it where the GPU and the operands' alignment allow, checked at launch.
   bool gemm_filter = false;
 };
 

@@ -1,19 +1,27 @@
-// Tensor-core filter gradient for stems (see gemm_filter.h). Compiled by nvcc
-// alone, like direct_conv.cu: no torch header.
+// Tensor-core filter gradient for stems and small groups (see gemm_filter.h).
+// Compiled by nvcc alone, like direct_conv.cu: no torch header.
 //
-// The GEMM: dweight^T[j, k] = sum over output pixels m of A[j, m] * B[m, k],
-// with A[j, m] = x[pixel m's input at tap (r, s), channel ci] for row
-// j = (ci, r, s) (zero outside the image) and B[m, k] = dy[m, k]. A block takes
-// tiles of kTilePixels consecutive pixels in turn (grid-stride, so the order is
-// fixed by the grid alone), stages A transposed (rows j, a column per pixel:
-// the im2col, gathered from x element by element, since 3 channels make no
-// vector) and B (16-byte vectors of dy's channels) in shared memory, and its 4
-// warps multiply them with wmma (16x16x16, fp16/bf16 in, fp32 accumulate: the
+// The GEMM, per group: dweight^T[j, k] = sum over output pixels m of
+// A[j, m] * B[m, k], with A[j, m] = x[pixel m's input at tap (r, s), the
+// group's channel ci] for row j of (ci, r, s) (zero outside the image) and
+// B[m, k] = dy[m, the group's channel k]. A block (blockIdx.y: its group)
+// takes tiles of kTilePixels consecutive pixels in turn (grid-stride, so the
+// order is fixed by the grid alone), stages the tile's A (the im2col) and B
+// (16-byte vectors of dy's channels) in shared memory, and its 4 warps
+// multiply them with wmma (16x16x16, fp16/bf16 in, fp32 accumulate: the
 // generic kernels' fp32-sum contract; no TF32). Each warp owns some of the
 // 16x16 tiles of the result and keeps them in registers across all the
 // block's pixel tiles; at the end every block writes its sums as one slice of
 // fp32 partials, and sum_slices (slice_sum.cuh) adds the slices of each weight
 // element in a fixed order. No atomics: deterministic.
+//
+// A is staged one of two ways:
+// - by element (a stem's 3 channels make no vector): transposed, a row per j
+//   = ci * taps + tap and a column per pixel, each element gathered alone;
+// - by vector (a group's channels whole 16-byte vectors, x aligned): a row per
+//   pixel, j = tap * cpg_in + ci, 8 channels a load, read by wmma as a
+//   column-major A. Gathered element by element, RegNetY's 24-channel groups
+//   would read each 32-byte sector of x for 2 of its bytes.
 #include "kernels/gemm_filter.h"
 
 #include "kernels/device_traits.cuh"
@@ -26,6 +34,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace torch_cudnn_algo::kernels {
 namespace {
@@ -41,38 +50,44 @@ constexpr int kSkew = 8;
 // Row stride (floats) of a warp's accumulator scratch: a multiple of 4 (wmma's
 // rule for float) that is not a multiple of 32 banks.
 constexpr int kScratchLd = 16 + 4;
-constexpr int kMaxRows = 160;     // (ci, r, s) rows, padded to 16: 7x7 x 3 channels
-constexpr int kMaxColumns = 64;   // output channels
-constexpr int kMaxFragmentsPerWarp = (kMaxRows / 16) * (kMaxColumns / 16) / kWarps;
+constexpr int kMaxRows = 288;     // (ci, r, s) rows a group: 3x3 x 32 channels
+constexpr int kMaxColumns = 64;   // output channels a group
+constexpr int kMaxFragmentsPerWarp = 10;  // result tiles a warp holds in registers
 // Image extents, filter reaches and the "no pixel" marker stay below 2^29, so
 // sums of two of them never overflow an int.
 constexpr int kFar = 1 << 29;
 constexpr int64_t kMaxExtent = int64_t{1} << 28;
 constexpr int kVector = 8;        // fp16/bf16 elements in 16 bytes
-// A thread stages one pixel's column of A: rows half, half + 2, ... (half: which
-// of the two threads of that pixel), loading kBatch of them before storing any,
-// so that many loads are in flight (one at a time, staging is latency bound).
+// A thread stages one pixel's part of A: rows (or vectors) half, half + 2, ...
+// (half: which of the two threads of that pixel), loading a batch of them
+// before storing any, so that many loads are in flight (one at a time,
+// staging is latency bound). Vectors take four registers each: fewer a batch.
 constexpr int kBatch = 16;
+constexpr int kVectorBatch = 8;
 static_assert(kThreads == 2 * kTilePixels, "two threads stage each pixel's column");
 // dy's 16-byte vectors a thread stages per tile, at most.
 constexpr int kDyVectorsPerThread = kTilePixels * kMaxColumns / kVector / kThreads;
 constexpr size_t kSharedLimit = 48 * 1024;  // no opt-in needed
 // The accumulator counts a warp's kernel is instantiated for, and the blocks
 // of each that an SM holds at once (by its registers: 71, 91, 136, 146 and 168
-// a thread on sm_90): the grid is one wave of them, since more slices would
-// only cost partials and fewer would leave loads without warps to hide them.
-constexpr int kFragmentChoices[] = {1, 2, 4, 6, kMaxFragmentsPerWarp};
-constexpr int kResidentBlocks[] = {6, 4, 3, 3, 3};
+// a thread on sm_90 for the stems' staging): the grid is one wave of them,
+// since more slices would only cost partials and fewer would leave loads
+// without warps to hide them. 8: RegNetY's 24-channel groups (7 tiles a warp).
+constexpr int kFragmentChoices[] = {1, 2, 4, 6, 8, kMaxFragmentsPerWarp};
+constexpr int kResidentBlocks[] = {6, 4, 3, 3, 3, 3};
 // The partial sums stay below 16 MB: the finish (sum_slices) reads them all once.
 constexpr int64_t kMaxPartialFloats = int64_t{4} << 20;
 
 struct GemmFilterPlan {
   bool fits = false;
-  int rows = 0;              // c * r * s
+  int cpg_in = 0, cpg_out = 0;  // channels a group: x's, dy's
+  int rows = 0;              // cpg_in * r * s
   int row_fragments = 0;     // ceil(rows / 16)
-  int column_fragments = 0;  // k / 16, rounded up
+  int column_fragments = 0;  // cpg_out / 16, rounded up
   int choice = 0;            // index into kFragmentChoices: the kernel that runs it
+  bool by_vector = false;    // A staged by vector: a group's input channels are whole vectors
   int at_ld = 0, dy_ld = 0;  // staged row strides, elements
+  int table_entries = 0;     // of each tap table: a row or vector each, a multiple of 8 (32 bytes)
   int64_t pixels = 0, tiles = 0;
   size_t shared_bytes = 0;
 };
@@ -80,7 +95,9 @@ struct GemmFilterPlan {
 GemmFilterPlan plan_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction) {
   GemmFilterPlan plan;
   if (dtype != DirectDType::kHalf && dtype != DirectDType::kBFloat16) return plan;
-  if (direction != DirectDirection::kBackwardFilter || !s.channels_last || s.groups != 1) return plan;
+  if (direction != DirectDirection::kBackwardFilter || !s.channels_last) return plan;
+  // gridDim.y holds the group.
+  if (s.groups < 1 || s.groups > 65535 || s.c % s.groups != 0 || s.k % s.groups != 0) return plan;
   if (s.n < 1 || s.c < 1 || s.h < 1 || s.w < 1 || s.k < 1 || s.p < 1 || s.q < 1 || s.r < 1 || s.s < 1) return plan;
   if (s.stride_h < 1 || s.stride_w < 1 || s.dilation_h < 1 || s.dilation_w < 1 || s.pad_h < 0 || s.pad_w < 0)
     return plan;
@@ -89,39 +106,51 @@ GemmFilterPlan plan_of(const DirectConvShape& s, DirectDType dtype, DirectDirect
       (s.s - 1) * s.dilation_w >= kMaxExtent || s.pad_h >= kMaxExtent || s.pad_w >= kMaxExtent ||
       s.h * s.w >= (int64_t{1} << 31) / s.c)
     return plan;
-  if (s.c * s.r * s.s > kMaxRows || s.k % kVector != 0 || s.k > kMaxColumns) return plan;
-  plan.rows = static_cast<int>(s.c * s.r * s.s);
+  const int64_t cpg_in = s.c / s.groups, cpg_out = s.k / s.groups;
+  if (cpg_in * s.r * s.s > kMaxRows || cpg_out % kVector != 0 || cpg_out > kMaxColumns) return plan;
+  plan.cpg_in = static_cast<int>(cpg_in);
+  plan.cpg_out = static_cast<int>(cpg_out);
+  plan.rows = static_cast<int>(cpg_in * s.r * s.s);
   plan.row_fragments = (plan.rows + 15) / 16;
-  plan.column_fragments = static_cast<int>((s.k + 15) / 16);
+  plan.column_fragments = static_cast<int>((cpg_out + 15) / 16);
   const int share = (plan.row_fragments * plan.column_fragments + kWarps - 1) / kWarps;
+  if (share > kMaxFragmentsPerWarp) return plan;
   while (kFragmentChoices[plan.choice] < share) ++plan.choice;
-  plan.at_ld = kTilePixels + kSkew;
+  plan.by_vector = cpg_in % kVector == 0;
+  const int padded_rows = plan.row_fragments * 16;
+  // By element a row per j, by vector a row per pixel.
+  plan.at_ld = (plan.by_vector ? padded_rows : kTilePixels) + kSkew;
   plan.dy_ld = plan.column_fragments * 16 + kSkew;
+  plan.table_entries = plan.by_vector ? (padded_rows / kVector + 7) / 8 * 8 : padded_rows;
   plan.pixels = s.n * s.p * s.q;
   plan.tiles = (plan.pixels + kTilePixels - 1) / kTilePixels;
-  const size_t at_bytes = static_cast<size_t>(plan.row_fragments) * 16 * plan.at_ld * 2;
+  const size_t at_bytes = static_cast<size_t>(plan.by_vector ? kTilePixels : padded_rows) * plan.at_ld * 2;
   const size_t dy_bytes = static_cast<size_t>(kTilePixels) * plan.dy_ld * 2;
-  const size_t tap_bytes = static_cast<size_t>(plan.row_fragments) * 16 * 3 * sizeof(int);
+  const size_t tap_bytes = static_cast<size_t>(plan.table_entries) * 3 * sizeof(int);
   const size_t scratch_bytes = static_cast<size_t>(kWarps) * 16 * kScratchLd * sizeof(float);
   plan.shared_bytes = at_bytes + dy_bytes + tap_bytes + scratch_bytes;
   plan.fits = plan.shared_bytes <= kSharedLimit;
   return plan;
 }
 
-int64_t slices_of(const GemmFilterPlan& plan, int64_t k, int sm_count) {
+// Slices (block columns of the grid) a group's pixels are split into: with
+// the groups, one wave of resident blocks.
+int64_t slices_of(const GemmFilterPlan& plan, int64_t groups, int sm_count) {
   const int64_t sms = std::max(1, sm_count);
-  const int64_t per_slice = static_cast<int64_t>(plan.rows) * k;
-  const int64_t most = std::max<int64_t>(sms, kMaxPartialFloats / per_slice);
-  return std::max<int64_t>(1, std::min({plan.tiles, sms * kResidentBlocks[plan.choice], most}));
+  const int64_t per_slice = static_cast<int64_t>(plan.rows) * plan.cpg_out * groups;
+  const int64_t most = std::max<int64_t>(1, kMaxPartialFloats / per_slice);
+  const int64_t wave = std::max<int64_t>(1, sms * kResidentBlocks[plan.choice] / groups);
+  return std::max<int64_t>(1, std::min({plan.tiles, wave, most, int64_t{INT32_MAX}}));
 }
 
 // ---------------------------------------------------------------- device side
 
 struct GemmFilterGeometry {
-  int64_t pixels, tiles, blocks;  // blocks: the grid's, the stride of a block's tiles
-  int h, w, c, p, q, k, r, s;
+  int64_t pixels, tiles, blocks;  // blocks: the grid's columns, the stride of a block's tiles
+  int h, w, c, p, q, k, r, s;     // c, k: all groups' channels (x's and dy's pixel strides)
   int sh, sw, ph, pw, dh, dw;
-  int rows, row_fragments, column_fragments, at_ld, dy_ld;
+  int groups, cpg_in, cpg_out;
+  int rows, row_fragments, column_fragments, at_ld, dy_ld, table_entries;
 };
 
 template <typename T, int N>
@@ -131,33 +160,42 @@ struct alignas(sizeof(T) * N) Packed {
 
 // Shared memory, in this order (each part a multiple of 32 bytes long, as
 // wmma's fragment pointers need 32-byte alignment):
-//   at         [row_fragments * 16][at_ld]        A transposed: row j, column pixel
+//   at         by element [row_fragments * 16][at_ld]: row j, column pixel
+//              by vector  [kTilePixels][at_ld]:        row pixel, column j
 //   dyt        [kTilePixels][dy_ld]               B: row pixel, column k
-//   tap_y/x    [row_fragments * 16] int each      row j's r*dh and s*dw (kFar for padding rows)
-//   tap_offset [row_fragments * 16] int           row j's element offset from the window's corner
+//   tap_y/x    [table_entries] int each           row (vector) u's r*dh and s*dw (kFar for padding)
+//   tap_offset [table_entries] int                its element offset from the window's corner
 //   scratch    [kWarps][16][kScratchLd] float     a warp's accumulator on its way out
-template <typename T, int kFragmentsPerWarp>
+// The tap tables hold a row j each by element, a vector of 8 rows each by vector.
+template <typename T, int kFragmentsPerWarp, bool kByVector>
 __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry g, const T* __restrict__ x,
                                                              const T* __restrict__ dy, float* __restrict__ partial) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   namespace wmma = nvcuda::wmma;
+  using ALayout = std::conditional_t<kByVector, wmma::col_major, wmma::row_major>;
   extern __shared__ __align__(128) unsigned char shared_bytes[];
   const int padded_rows = g.row_fragments * 16;
   T* const at = reinterpret_cast<T*>(shared_bytes);
-  T* const dyt = at + padded_rows * g.at_ld;
+  T* const dyt = at + (kByVector ? kTilePixels : padded_rows) * g.at_ld;
   int* const tap_y = reinterpret_cast<int*>(dyt + kTilePixels * g.dy_ld);
-  int* const tap_x = tap_y + padded_rows;
-  int* const tap_offset = tap_x + padded_rows;
+  int* const tap_x = tap_y + g.table_entries;
+  int* const tap_offset = tap_x + g.table_entries;
   const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
-  float* const scratch = reinterpret_cast<float*>(tap_offset + padded_rows) + warp * 16 * kScratchLd;
+  float* const scratch = reinterpret_cast<float*>(tap_offset + g.table_entries) + warp * 16 * kScratchLd;
+  const int group = blockIdx.y;
+  x += static_cast<int64_t>(group) * g.cpg_in;
+  dy += static_cast<int64_t>(group) * g.cpg_out;
 
-  for (int j = thread; j < padded_rows; j += kThreads) {
+  // Staged units of a pixel: rows j by element, 8-row vectors by vector.
+  const int units = kByVector ? padded_rows / kVector : padded_rows;
+  for (int u = thread; u < units; u += kThreads) {
     const int taps = g.r * g.s;
-    const int ci = j / taps, tap = j - ci * taps;
+    const int j = kByVector ? u * kVector : u;
+    const int ci = kByVector ? j % g.cpg_in : j / taps, tap = kByVector ? j / g.cpg_in : j - ci * taps;
     const int dy_ = (tap / g.s) * g.dh, dx_ = (tap % g.s) * g.dw;
-    tap_y[j] = j < g.rows ? dy_ : kFar;
-    tap_x[j] = dx_;
-    tap_offset[j] = j < g.rows ? (dy_ * g.w + dx_) * g.c + ci : 0;
+    tap_y[u] = j < g.rows ? dy_ : kFar;
+    tap_x[u] = dx_;
+    tap_offset[u] = j < g.rows ? (dy_ * g.w + dx_) * g.c + ci : 0;
   }
 
   // The result tiles this warp owns: fragment warp + 4 f, and where its A and B start.
@@ -169,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry 
     wmma::fill_fragment(acc[f], 0.0f);
     const int fragment = warp + f * kWarps;
     const int mt = fragment / g.column_fragments, nt = fragment - mt * g.column_fragments;
-    a_start[f] = mt * 16 * g.at_ld;
+    a_start[f] = kByVector ? mt * 16 : mt * 16 * g.at_ld;
     b_start[f] = nt * 16;
   }
   // dy vectors this thread stages: row (pixel) and channel offset of each, the same every tile.
@@ -211,7 +249,7 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry 
     // Every warp is done with the previous tile's at and dyt (and the tap
     // table is written, the first time).
     __syncthreads();
-    // dy's rows of the tile are one contiguous run: 16-byte vectors, zeros
+    // dy's rows of the tile: 16-byte vectors of the group's channels, zeros
     // past the last pixel and the last channel (0 times stale shared memory
     // could be NaN). All loads first, then all stores.
     {
@@ -220,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry 
       for (int u = 0; u < kDyVectorsPerThread; ++u) {
 #pragma unroll
         for (int e = 0; e < kVector; ++e) value[u].v[e] = T(0.0f);
-        if (dy_row[u] < kTilePixels && first + dy_row[u] < g.pixels && dy_channel[u] < g.k)
+        if (dy_row[u] < kTilePixels && first + dy_row[u] < g.pixels && dy_channel[u] < g.cpg_out)
           value[u] = *reinterpret_cast<const Packed<T, kVector>*>(dy + (first + dy_row[u]) * g.k + dy_channel[u]);
       }
 #pragma unroll
@@ -229,25 +267,50 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry 
           *reinterpret_cast<Packed<T, kVector>*>(dyt + dy_row[u] * g.dy_ld + dy_channel[u]) = value[u];
       }
     }
-    // The im2col, transposed: a warp's threads take consecutive pixels of one
-    // row j, so the shared stores are contiguous and the loads of x a stride apart.
-    for (int j0 = half; j0 < padded_rows; j0 += 2 * kBatch) {
-      T value[kBatch];
+    // The im2col. By element, transposed: a warp's threads take consecutive
+    // pixels of one row j, so the shared stores are contiguous and the loads
+    // of x a stride apart. By vector: 8 channels of one tap a load, zeros for
+    // the padding rows past the last tap.
+    if constexpr (kByVector) {
+      for (int u0 = half; u0 < units; u0 += 2 * kVectorBatch) {
+        Packed<T, kVector> value[kVectorBatch];
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int j = j0 + 2 * b;
-        value[b] = T(0.0f);
-        if (j < padded_rows) {
-          const int iy = corner_y + tap_y[j], ix = corner_x + tap_x[j];
-          if (static_cast<unsigned>(iy) < static_cast<unsigned>(g.h) &&
-              static_cast<unsigned>(ix) < static_cast<unsigned>(g.w))
-            value[b] = x[corner + tap_offset[j]];
+        for (int b = 0; b < kVectorBatch; ++b) {
+          const int u = u0 + 2 * b;
+#pragma unroll
+          for (int e = 0; e < kVector; ++e) value[b].v[e] = T(0.0f);
+          if (u < units) {
+            const int iy = corner_y + tap_y[u], ix = corner_x + tap_x[u];
+            if (static_cast<unsigned>(iy) < static_cast<unsigned>(g.h) &&
+                static_cast<unsigned>(ix) < static_cast<unsigned>(g.w))
+              value[b] = *reinterpret_cast<const Packed<T, kVector>*>(x + corner + tap_offset[u]);
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kVectorBatch; ++b) {
+          const int u = u0 + 2 * b;
+          if (u < units) *reinterpret_cast<Packed<T, kVector>*>(at + pixel * g.at_ld + u * kVector) = value[b];
         }
       }
+    } else {
+      for (int j0 = half; j0 < padded_rows; j0 += 2 * kBatch) {
+        T value[kBatch];
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int j = j0 + 2 * b;
-        if (j < padded_rows) at[j * g.at_ld + pixel] = value[b];
+        for (int b = 0; b < kBatch; ++b) {
+          const int j = j0 + 2 * b;
+          value[b] = T(0.0f);
+          if (j < padded_rows) {
+            const int iy = corner_y + tap_y[j], ix = corner_x + tap_x[j];
+            if (static_cast<unsigned>(iy) < static_cast<unsigned>(g.h) &&
+                static_cast<unsigned>(ix) < static_cast<unsigned>(g.w))
+              value[b] = x[corner + tap_offset[j]];
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int j = j0 + 2 * b;
+          if (j < padded_rows) at[j * g.at_ld + pixel] = value[b];
+        }
       }
     }
     __syncthreads();
@@ -256,9 +319,9 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry 
 #pragma unroll
       for (int f = 0; f < kFragmentsPerWarp; ++f) {
         if (warp + f * kWarps < fragments) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, ALayout> a;
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-          wmma::load_matrix_sync(a, at + a_start[f] + kk, g.at_ld);
+          wmma::load_matrix_sync(a, at + a_start[f] + (kByVector ? kk * g.at_ld : kk), g.at_ld);
           wmma::load_matrix_sync(b, dyt + kk * g.dy_ld + b_start[f], g.dy_ld);
           wmma::mma_sync(acc[f], a, b, acc[f]);
         }
@@ -266,9 +329,11 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry 
     }
   }
 
-  // This block's slice: each 16x16 result tile through the warp's scratch
-  // (wmma's register layout is opaque), rows past c*r*s and columns past k left out.
-  float* const slice = partial + static_cast<int64_t>(blockIdx.x) * g.rows * g.k;
+  // This block's slice of its group: each 16x16 result tile through the
+  // warp's scratch (wmma's register layout is opaque), rows past the group's
+  // (ci, r, s) and columns past its channels left out.
+  float* const slice =
+      partial + (static_cast<int64_t>(blockIdx.x) * g.groups + group) * g.rows * g.cpg_out;
 #pragma unroll
   for (int f = 0; f < kFragmentsPerWarp; ++f) {
     const int fragment = warp + f * kWarps;
@@ -279,7 +344,8 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry 
       for (int e = lane; e < 256; e += 32) {
         const int row = e / 16, column = e % 16;
         const int j = mt * 16 + row, k = nt * 16 + column;
-        if (j < g.rows && k < g.k) slice[static_cast<int64_t>(j) * g.k + k] = scratch[row * kScratchLd + column];
+        if (j < g.rows && k < g.cpg_out)
+          slice[static_cast<int64_t>(j) * g.cpg_out + k] = scratch[row * kScratchLd + column];
       }
       __syncwarp();
     }
@@ -287,17 +353,21 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_nhwc(GemmFilterGeometry 
 #endif
 }
 
-// Writes the total of element e = j * k + kk (the partials' layout,
-// j = (ci * r + r_i) * s + s_i) as T at the weight's strides: sum_slices' store.
+// Writes the total of element e = (group * rows + j) * cpg_out + kk (the
+// partials' layout; j = ci * taps + tap by element, tap * cpg_in + ci by
+// vector) as T at the weight's strides: sum_slices' store.
 template <typename T>
 struct GemmFilterWeightStore {
   T* dweight;
-  int k, taps, filter_w;
+  int cpg_in, cpg_out, rows, taps, filter_w;
+  bool tap_major;  // by vector
   int64_t ws0, ws1, ws2, ws3;
   __device__ __forceinline__ void operator()(int64_t e, float total) const {
-    const int j = static_cast<int>(e / k), kk = static_cast<int>(e % k);
-    const int ci = j / taps, tap = j % taps;
-    dweight[kk * ws0 + ci * ws1 + (tap / filter_w) * ws2 + (tap % filter_w) * ws3] = T(total);
+    const int64_t group = e / (static_cast<int64_t>(rows) * cpg_out);
+    const int rest = static_cast<int>(e - group * rows * cpg_out);
+    const int j = rest / cpg_out, kk = rest % cpg_out;
+    const int ci = tap_major ? j % cpg_in : j / taps, tap = tap_major ? j / cpg_in : j % taps;
+    dweight[(group * cpg_out + kk) * ws0 + ci * ws1 + (tap / filter_w) * ws2 + (tap % filter_w) * ws3] = T(total);
   }
 };
 
@@ -320,35 +390,54 @@ GemmFilterGeometry geometry_of(const DirectConvShape& s, const GemmFilterPlan& p
   g.pw = static_cast<int>(s.pad_w);
   g.dh = static_cast<int>(s.dilation_h);
   g.dw = static_cast<int>(s.dilation_w);
+  g.groups = static_cast<int>(s.groups);
+  g.cpg_in = plan.cpg_in;
+  g.cpg_out = plan.cpg_out;
   g.rows = plan.rows;
   g.row_fragments = plan.row_fragments;
   g.column_fragments = plan.column_fragments;
   g.at_ld = plan.at_ld;
   g.dy_ld = plan.dy_ld;
+  g.table_entries = plan.table_entries;
   return g;
+}
+
+template <typename T, bool kByVector>
+using GemmFilterKernel = void (*)(GemmFilterGeometry, const T*, const T*, float*);
+
+// The kernel holding `choice`'s accumulators a warp: the fewest instantiated
+// that cover its share, so that small results keep registers (and resident
+// blocks) free.
+template <typename T, bool kByVector>
+GemmFilterKernel<T, kByVector> kernel_of(int choice) {
+  constexpr GemmFilterKernel<T, kByVector> kKernels[] = {
+      gemm_filter_nhwc<T, kFragmentChoices[0], kByVector>, gemm_filter_nhwc<T, kFragmentChoices[1], kByVector>,
+      gemm_filter_nhwc<T, kFragmentChoices[2], kByVector>, gemm_filter_nhwc<T, kFragmentChoices[3], kByVector>,
+      gemm_filter_nhwc<T, kFragmentChoices[4], kByVector>, gemm_filter_nhwc<T, kFragmentChoices[5], kByVector>};
+  static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == sizeof(kFragmentChoices) / sizeof(kFragmentChoices[0]));
+  return kKernels[choice];
 }
 
 template <typename T>
 cudaError_t launch_typed(const DirectConvShape& shape, const GemmFilterPlan& plan, int sm_count, const void* x,
                          const void* dy, void* dweight, void* workspace, cudaStream_t stream) {
-  const int64_t blocks = slices_of(plan, shape.k, sm_count);
+  const int64_t blocks = slices_of(plan, shape.groups, sm_count);
   const GemmFilterGeometry g = geometry_of(shape, plan, blocks);
   float* const partial = static_cast<float*>(workspace);
-  // Accumulators a warp holds: the fewest instantiated that cover its share,
-  // so that small results keep registers (and resident blocks) free.
-  constexpr void (*kKernels[])(GemmFilterGeometry, const T*, const T*, float*) = {
-      gemm_filter_nhwc<T, kFragmentChoices[0]>, gemm_filter_nhwc<T, kFragmentChoices[1]>,
-      gemm_filter_nhwc<T, kFragmentChoices[2]>, gemm_filter_nhwc<T, kFragmentChoices[3]>,
-      gemm_filter_nhwc<T, kFragmentChoices[4]>};
-  const auto kernel = kKernels[plan.choice];
-  kernel<<<static_cast<unsigned>(blocks), kThreads, plan.shared_bytes, stream>>>(
-      g, static_cast<const T*>(x), static_cast<const T*>(dy), partial);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(shape.groups));
+  const T* const tx = static_cast<const T*>(x);
+  const T* const tdy = static_cast<const T*>(dy);
+  if (plan.by_vector)
+    kernel_of<T, true>(plan.choice)<<<grid, kThreads, plan.shared_bytes, stream>>>(g, tx, tdy, partial);
+  else
+    kernel_of<T, false>(plan.choice)<<<grid, kThreads, plan.shared_bytes, stream>>>(g, tx, tdy, partial);
   const cudaError_t launched = cudaGetLastError();
   if (launched != cudaSuccess) return launched;
   const int64_t* ws = shape.weight_strides;
-  return launch_sum_slices(static_cast<const float*>(partial), blocks, static_cast<int64_t>(plan.rows) * shape.k,
-                           GemmFilterWeightStore<T>{static_cast<T*>(dweight), g.k, g.r * g.s, g.s, ws[0], ws[1], ws[2], ws[3]},
-                           stream);
+  const GemmFilterWeightStore<T> store{static_cast<T*>(dweight), g.cpg_in, g.cpg_out, g.rows, g.r * g.s, g.s,
+                                       plan.by_vector, ws[0], ws[1], ws[2], ws[3]};
+  return launch_sum_slices(static_cast<const float*>(partial), blocks,
+                           static_cast<int64_t>(plan.rows) * plan.cpg_out * shape.groups, store, stream);
 }
 
 }  // namespace
@@ -357,9 +446,10 @@ bool gemm_filter_fits(const DirectConvShape& shape, DirectDType dtype, DirectDir
   return plan_of(shape, dtype, direction).fits;
 }
 
-bool gemm_filter_applies(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction,
+bool gemm_filter_applies(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction, bool x_aligned,
                          bool dy_aligned) {
-  if (!dy_aligned || !gemm_filter_fits(shape, dtype, direction)) return false;
+  const GemmFilterPlan plan = plan_of(shape, dtype, direction);
+  if (!plan.fits || !dy_aligned || (plan.by_vector && !x_aligned)) return false;
   int device = 0;
   DeviceTraits traits;
   // bf16 wmma needs compute capability 8.0.
@@ -369,13 +459,15 @@ bool gemm_filter_applies(const DirectConvShape& shape, DirectDType dtype, Direct
 size_t gemm_filter_workspace_bytes(const DirectConvShape& shape, DirectDType dtype, int sm_count) {
   const GemmFilterPlan plan = plan_of(shape, dtype, DirectDirection::kBackwardFilter);
   if (!plan.fits) return 0;
-  return static_cast<size_t>(slices_of(plan, shape.k, sm_count) * plan.rows * shape.k) * sizeof(float);
+  return static_cast<size_t>(slices_of(plan, shape.groups, sm_count) * plan.rows * plan.cpg_out * shape.groups) *
+         sizeof(float);
 }
 
 int launch_gemm_filter(const DirectConvShape& shape, DirectDType dtype, int sm_count, const void* x, const void* dy,
                        void* dweight, void* workspace, CUstream_st* stream) {
   const GemmFilterPlan plan = plan_of(shape, dtype, DirectDirection::kBackwardFilter);
-  if (!plan.fits) return static_cast<int>(cudaErrorInvalidValue);
+  if (!plan.fits || (plan.by_vector && reinterpret_cast<uintptr_t>(x) % 16 != 0))
+    return static_cast<int>(cudaErrorInvalidValue);
   if (dtype == DirectDType::kHalf)
     return static_cast<int>(launch_typed<__half>(shape, plan, sm_count, x, dy, dweight, workspace, stream));
   return static_cast<int>(launch_typed<__nv_bfloat16>(shape, plan, sm_count, x, dy, dweight, workspace, stream));

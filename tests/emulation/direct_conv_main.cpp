@@ -37,7 +37,7 @@ int launch_grouped_mma(const DirectConvShape&, DirectDType, DirectDirection, boo
   emu_fail("launch_grouped_mma called although grouped_mma_applies refused");
 }
 bool gemm_filter_fits(const DirectConvShape&, DirectDType, DirectDirection) { return false; }
-bool gemm_filter_applies(const DirectConvShape&, DirectDType, DirectDirection, bool) { return false; }
+bool gemm_filter_applies(const DirectConvShape&, DirectDType, DirectDirection, bool, bool) { return false; }
 size_t gemm_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
 int launch_gemm_filter(const DirectConvShape&, DirectDType, int, const void*, const void*, void*, void*,
                        CUstream_st*) {

@@ -1,7 +1,8 @@
 // Runs csrc/kernels/gemm_filter.cu's own source (host-side logic and the kernel
 // body, rewritten by transform_gemm_filter.py) on the CPU: the filter gradient
-// of stem-like convolutions (few input channels) against a float64 reference,
-// in both weight layouts, every weight element written (a NaN prefill of the
+// of stem-like convolutions (few input channels) and of grouped ones (8 to 32
+// channels a group, x staged by vectors) against a float64 reference, in both
+// weight layouts, every weight element written (a NaN prefill of the
 // output and the workspace shows one that is not, or a partial never summed),
 // guard regions around the output untouched, and the shapes it must refuse.
 // Build and run: tests/emulation/run gemm-filter [asan]; tests/test_kernel_emulation.py runs it.
@@ -35,22 +36,29 @@ void run(const Case& t, int sm_count, bool weight_channels_last) {
   DirectConvShape s = convref::geometry_of(t);
   s.k = t.k;
   s.groups = t.groups;
-  // The weight [k, c, r, s], channels_last (the runner's) or contiguous.
-  const int64_t w_strides[2][4] = {{t.c * t.r * t.s, t.r * t.s, t.s, 1}, {t.c * t.r * t.s, 1, t.s * t.c, t.c}};
+  // The weight [k, c / groups, r, s], channels_last (the runner's) or contiguous.
+  const int64_t cpg_in = t.c / t.groups, cpg_out = t.k / t.groups;
+  const int64_t w_strides[2][4] = {{cpg_in * t.r * t.s, t.r * t.s, t.s, 1}, {cpg_in * t.r * t.s, 1, t.s * cpg_in, cpg_in}};
   for (int d = 0; d < 4; ++d) s.weight_strides[d] = w_strides[weight_channels_last][d];
   const DirectDirection dir = DirectDirection::kBackwardFilter;
-  const bool applies = gemm_filter_applies(s, dtype_of<T>(), dir, true);
+  const bool applies = gemm_filter_applies(s, dtype_of<T>(), dir, true, true);
   if (applies != t.expect || gemm_filter_fits(s, dtype_of<T>(), dir) != t.expect ||
       (gemm_filter_workspace_bytes(s, dtype_of<T>(), sm_count) > 0) != t.expect) {
     std::printf("FAIL %s: applies=%d expected %d\n", t.name.c_str(), applies, t.expect);
     ++failures;
   }
   if (!applies) {
-    if (gemm_filter_applies(s, dtype_of<T>(), dir, true)) ++failures;
+    if (gemm_filter_applies(s, dtype_of<T>(), dir, true, true)) ++failures;
     return;
   }
-  if (gemm_filter_applies(s, dtype_of<T>(), dir, false)) {
+  if (gemm_filter_applies(s, dtype_of<T>(), dir, true, false)) {
     std::printf("FAIL %s: applies to a misaligned dy\n", t.name.c_str());
+    ++failures;
+  }
+  // x is read by vectors where a group's channels are whole vectors: an x off
+  // 16 bytes goes to the generic kernel then, and is no matter otherwise.
+  if (gemm_filter_applies(s, dtype_of<T>(), dir, false, true) != (cpg_in % 8 != 0)) {
+    std::printf("FAIL %s: applies to a misaligned x: %d\n", t.name.c_str(), !(cpg_in % 8 != 0));
     ++failures;
   }
   std::mt19937 rng(7 + t.c + t.h * 3 + t.k * 5 + t.r);
@@ -58,16 +66,18 @@ void run(const Case& t, int sm_count, bool weight_channels_last) {
   std::vector<float> xf, dyf;
   const std::vector<T> x = make(s.n * s.h * s.w * s.c, xf);
   const std::vector<T> dy = make(s.n * s.p * s.q * s.k, dyf);
-  // dweight[k, ci, r, s] = sum over (n, p, q) of x[n, tap(p, r), tap(q, s), ci] * dy[n, p, q, k]
-  const int64_t rows = s.c * s.r * s.s;
+  // dweight[k, ci, r, s] = sum over (n, p, q) of x[n, tap(p, r), tap(q, s), k's group's ci] * dy[n, p, q, k]
+  const int64_t rows = cpg_in * s.r * s.s;
   std::vector<double> ref(rows * s.k, 0.0), ref_abs(rows * s.k, 0.0);
   for (int64_t n = 0; n < s.n; ++n)
     for (int64_t p = 0; p < s.p; ++p)
       for (int64_t q = 0; q < s.q; ++q)
         convref::for_each_tap(s, p, q, [&](int64_t r, int64_t ss, int64_t ih, int64_t iw) {
-          for (int64_t ci = 0; ci < s.c; ++ci)
+          for (int64_t ci = 0; ci < cpg_in; ++ci)
             for (int64_t k = 0; k < s.k; ++k) {
-              const double v = double(xf[((n * s.h + ih) * s.w + iw) * s.c + ci]) * dyf[((n * s.p + p) * s.q + q) * s.k + k];
+              const int64_t x_channel = k / cpg_out * cpg_in + ci;
+              const double v = double(xf[((n * s.h + ih) * s.w + iw) * s.c + x_channel]) *
+                               dyf[((n * s.p + p) * s.q + q) * s.k + k];
               const int64_t j = (ci * s.r + r) * s.s + ss;
               ref[j * s.k + k] += v;
               ref_abs[j * s.k + k] += std::fabs(v);
@@ -86,7 +96,7 @@ void run(const Case& t, int sm_count, bool weight_channels_last) {
   int64_t bad = 0;
   double worst = 0;
   for (int64_t k = 0; k < s.k; ++k)
-    for (int64_t ci = 0; ci < s.c; ++ci)
+    for (int64_t ci = 0; ci < cpg_in; ++ci)
       for (int64_t r = 0; r < s.r; ++r)
         for (int64_t ss = 0; ss < s.s; ++ss) {
           const int64_t j = (ci * s.r + r) * s.s + ss;
@@ -132,8 +142,21 @@ int main() {
       mk("n1 1x1x1 k8 1x1 (one pixel)", 1, 1, 1, 1, 8, 1, 1, 1, 1, 0, 0, 1, 1),
       mk("refused: k12 not a multiple of 8", 1, 3, 8, 8, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, false),
       mk("refused: k72 over 64", 1, 3, 8, 8, 72, 3, 3, 1, 1, 1, 1, 1, 1, 1, false),
-      mk("refused: 4x7x7 = 196 rows", 1, 4, 8, 8, 16, 7, 7, 1, 1, 3, 3, 1, 1, 1, false),
-      mk("refused: two groups", 1, 4, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, false),
+      mk("n1 4x8x8 k16 7x7 p3 (196 rows)", 1, 4, 8, 8, 16, 7, 7, 1, 1, 3, 3, 1, 1),
+      // Groups: by element where a group's channels make no vector, by vector otherwise.
+      mk("n1 8x6x6 k16 3x3 p1 g2 (4 in, 8 out a group)", 1, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2),
+      mk("regnety-like n2 48x7x7 k48 3x3 p1 g2 (24 a group)", 2, 48, 7, 7, 48, 3, 3, 1, 1, 1, 1, 1, 1, 2),
+      mk("regnety-like n1 48x9x9 k48 3x3 s2 p1 g2", 1, 48, 9, 9, 48, 3, 3, 2, 2, 1, 1, 1, 1, 2),
+      mk("resnext-like n2 32x6x6 k32 3x3 p1 g4 (8 a group)", 2, 32, 6, 6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 4),
+      mk("n1 64x5x5 k64 3x3 p1 g4 (16 a group)", 1, 64, 5, 5, 64, 3, 3, 1, 1, 1, 1, 1, 1, 4),
+      mk("n1 64x5x6 k64 3x3 p1 d2 g2 (32 a group, 288 rows)", 1, 64, 5, 6, 64, 3, 3, 1, 1, 2, 2, 2, 2, 2),
+      mk("n1 16x7x7 k32 3x3 p1 g2 (8 in, 16 out)", 1, 16, 7, 7, 32, 3, 3, 1, 1, 1, 1, 1, 1, 2),
+      mk("n2 240x3x5 k240 1x1 g30 (30 groups)", 2, 240, 3, 5, 240, 1, 1, 1, 1, 0, 0, 1, 1, 30),
+      mk("n1 48x10x10 k48 3x3 p1 g2 (2 tiles, several slices)", 1, 48, 10, 10, 48, 3, 3, 1, 1, 1, 1, 1, 1, 2),
+      mk("refused: 3x11x11 = 363 rows", 1, 3, 12, 12, 16, 11, 11, 1, 1, 5, 5, 1, 1, 1, false),
+      mk("refused: 4 out a group", 1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 4, false),
+      mk("refused: 64 a group, 576 rows", 1, 128, 6, 6, 128, 3, 3, 1, 1, 1, 1, 1, 1, 2, false),
+      mk("refused: 32 a group 5x5, 800 rows", 1, 64, 6, 6, 64, 5, 5, 1, 1, 2, 2, 1, 1, 2, false),
   };
   for (const auto& t : cases) {
     run<__half>(t, 132, true);

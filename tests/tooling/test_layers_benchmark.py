@@ -17,10 +17,10 @@ from harness import layers  # noqa: E402
 KEPT = BENCHMARKS / "results" / "h100-2026-11-22.json"
 
 
-def row(name: str, direction: str, count: int, **ms: list[float]) -> dict:
+def row(name: str, direction: str, count: int, **median_ms: float) -> dict:
     layer = {"name": name, "input": [64, 64, 56, 56], "weight": [64, 64, 3, 3], "stride": 1, "padding": 1,
              "count": count}
-    return {"layer": layer, "direction": direction, "ms": ms, "errors": {}}
+    return {"layer": layer, "direction": direction, "median_ms": median_ms, "errors": {}}
 
 
 def test_conv_flops_counts_the_multiply_adds_twice() -> None:
@@ -31,17 +31,18 @@ def test_conv_flops_counts_the_multiply_adds_twice() -> None:
 
 
 def test_weighted_totals_use_counts_and_the_faster_pick() -> None:
-    rows = [row("00", "fwd", 3, stock=[1.0, 1.2, 1.1], stock_benchmark=[1.0], fastest=[0.9], fastest_knobs=[0.8]),
-            row("01", "fwd", 1, stock=[2.0], stock_benchmark=[2.0], fastest=[2.0], fastest_knobs=[2.2]),
-            row("02", "fwd", 5, stock=[9.0])]  # not every variant measured: left out of the sums
+    rows = [row("00", "fwd", 3, stock=1.1, stock_benchmark=1.0, fastest=0.9, fastest_knobs=0.8),
+            row("01", "fwd", 1, stock=2.0, stock_benchmark=2.0, fastest=2.0, fastest_knobs=2.2),
+            row("02", "fwd", 5, stock=9.0)]  # not every variant measured: left out of the sums
     totals = layers.weighted_totals(rows)
     assert totals["total"]["stock"] == pytest.approx(3 * 1.1 + 2.0)
     assert totals["total"]["best_found"] == pytest.approx(3 * 0.8 + 2.0)
     assert set(totals) == {"fwd", "total"}
+    assert "best_found" not in rows[0]["median_ms"]  # the sums add it to a copy
 
 
 def test_stock_config_ratios() -> None:
-    rows = [row("00", "fwd", 1, stock=[1.0], stock_config=[1.01]), row("01", "bwd_data", 1, stock=[1.0])]
+    rows = [row("00", "fwd", 1, stock=1.0, stock_config=1.01), row("01", "bwd_data", 1, stock=1.0)]
     assert [(round(r, 3), x["layer"]["name"]) for r, x in layers.stock_config_ratios(rows)] == [(1.01, "00")]
 
 
@@ -55,6 +56,8 @@ def test_kept_result_renders_its_findings() -> None:
     assert "| total |" in markdown and "1.005 | 1.015 |" in markdown
     assert "worst 1.010 (layer 01 bwd_filter) over 69 layer-direction pairs" in markdown
     assert markdown.count("\n## ") == 2  # float16 and float32
+    rows = [row for table in result["sections"]["layers"]["tables"].values() for row in table["rows"]]
+    assert all(isinstance(ms, float) for row in rows for ms in row["median_ms"].values())  # no round's times
 
 
 def test_render_command_needs_no_gpu() -> None:

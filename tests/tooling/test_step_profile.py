@@ -1,7 +1,7 @@
 """CPU: the step profile benchmark (benchmarks/step_profile.py, benchmarks/harness/step_profile.py):
 kernel times from profiler events (annotations left out), convolution rows from a real profile,
-the per-mode summaries, what a target needs off the convolutions, the rendered tables and the
-command line's checks."""
+the per-mode summaries, what a target needs off the convolutions, the rendered tables, the rows the
+JSON keeps and the command line's checks."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ DW_FWD = "[[64, 72, 56, 56], [72, 1, 3, 3], [], [], [], [], [], [], []]"
 
 
 def _profile(kernels: dict[str, float], convolutions: list[tuple[str, str, float, float]]) -> dict:
+    rows = [{"op": op, "shapes": shapes, "calls": calls, "gpu_us": us} for op, shapes, calls, us in convolutions]
     return {"total_us": sum(kernels.values()), "kernels_us": kernels,
-            "convolutions": [{"op": op, "shapes": shapes, "calls": calls, "gpu_us": us}
-                             for op, shapes, calls, us in convolutions]}
+            "convolution_us": step_profile.convolution_us(rows), "convolutions": rows}
 
 
 RECORD = {
@@ -83,6 +83,32 @@ def test_convolution_table_pairs_the_plans_rows_with_stocks() -> None:
         only_in_plan])}
     table = step_profile.convolution_table(record, top=2)
     assert table == [("forward", "[[1, 2, 3, 4]]", 2, 3.0, None), ("backward", STEM_BWD, 1, 1.5, 2.0)]
+
+
+def test_kept_convolutions_are_either_modes_costliest_in_both_modes() -> None:
+    """The JSON keeps the rows either mode ranks among its costliest, in both modes: the plan's
+    costliest row keeps benchmark=True's time of it though benchmark=True ranks it last, a row
+    neither ranks goes, and the summaries and the render stay those of all the rows."""
+    count = step_profile.TOP_CONVOLUTIONS
+    def shapes(index: int) -> str:
+        return f"[[{index}]]"
+    # Row 0: benchmark=True's cheapest, the plan's costliest; rows 1 and 2: costliest in neither mode.
+    bench_rows = [("aten::convolution", shapes(index), 1, 100.0 + index) for index in range(count + 3)]
+    plan_rows = [("aten::convolution", shapes(0), 1, 1000.0),
+                 *(("aten::convolution", shapes(index), 1, 1.0 + index) for index in range(1, count + 3))]
+    record = {**RECORD, "benchmark": _profile(RECORD["benchmark"]["kernels_us"], bench_rows),
+              "plan": _profile(RECORD["plan"]["kernels_us"], plan_rows)}
+    kept = step_profile.with_kept_convolutions(record)
+    kept_shapes = {mode: {row["shapes"] for row in kept[mode]["convolutions"]} for mode in step_profile.MODES}
+    expected = {shapes(0), *(shapes(index) for index in range(3, count + 3))}
+    assert kept_shapes == {"benchmark": expected, "plan": expected}
+    assert len(record["plan"]["convolutions"]) == count + 3  # the record measured is left as it was
+    for mode in step_profile.MODES:
+        assert step_profile.summary(kept[mode]) == step_profile.summary(record[mode])
+    assert "| forward | 0 | 1 | 1.000 | 0.100 |" in step_profile.render({**REPORT, "networks": [kept]})
+    assert step_profile.render({**REPORT, "networks": [kept]}) == step_profile.render({**REPORT, "networks": [record]})
+    error = {"name": "conv_tasnet", "error": "RuntimeError: out of memory"}
+    assert step_profile.with_kept_convolutions(error) == error
 
 
 def test_render_reports_each_network_and_errors() -> None:

@@ -306,6 +306,19 @@ def test_result_keeps_the_headline_shape_and_adds_the_detail(tmp_path: Path) -> 
     assert net["fastest_second_run_first_step_over_stock"] == pytest.approx(0.2)
 
 
+def test_result_leaves_the_bulk_no_table_shows_in_the_raw_files(tmp_path: Path) -> None:
+    """Each round's times and the host time per op stay in the raw files (the ratios keep what the
+    rounds give), and of the loop settings the main child's, which the markdown reads."""
+    write_parts(tmp_path, "resnet50_amp")
+    net = raw.merge(tmp_path)["networks"][0]
+    assert not {"eager_rounds_ms", "eager_orders", "host_rounds_us", "host_ops", "host_ops_gpu_drained",
+                "gpu_repeats_ms"} & set(net)
+    assert net["eager_ratio"]["plan"]["rounds"] == 3
+    assert net["loops"] == {"setup": {"rounds": 3, "steps": 3, "quick": False}}
+    knob_search = {**net, "loops": {"setup": {**net["loops"]["setup"], "knob_search": True}}}
+    assert "Measured with `--knob-search`" in render.render_markdown({**raw.merge(tmp_path), "networks": [knob_search]})
+
+
 def test_choices_only_plan_keeps_choices_and_drops_execution_plans() -> None:
     tca = pytest.importorskip("torch_cudnn_algo")
     fwd = "conv2d 64x256x14x14 -> 256x3x3 s1 p1 fp16 channels_last fwd"

@@ -26,8 +26,16 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, T, row_major>& f, const T* p, un
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j) f.x[i * 16 + j] = emu_value(p[i * ldm + j]);
 }
-template <class T>
-void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, row_major>& a,
+// Column major: element (i, j) at p[j * ldm + i]; the fragment holds it at [i][j] as a row-major one does.
+template <class Use, class T>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, col_major>& f, const T* p, unsigned ldm) {
+  emu_check_shared_tile(p, ldm, sizeof(T), "load_matrix_sync");
+  if (threadIdx.x % 32 != 0) return;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) f.x[i * 16 + j] = emu_value(p[j * ldm + i]);
+}
+template <class T, class ALayout>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, ALayout>& a,
               const fragment<matrix_b, 16, 16, 16, T, row_major>& b, const fragment<accumulator, 16, 16, 16, float>& c) {
   if (threadIdx.x % 32 != 0) return;
   float out[256];
