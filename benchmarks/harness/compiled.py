@@ -84,7 +84,7 @@ from .config import CHILD_RESULT_PREFIX
 from .networks import ZOO, Trainer
 from .results import REPO_ROOT, device_slug, environment, error_text, now_iso, progress, write_json
 from .stats import median, num, ratio, rotated
-from .step_profile import CONV_OPS, shapes_text
+from .step_profile import CONV_OPS, costliest, row_key, shapes_text
 
 if TYPE_CHECKING:
     from .conv_time import ConvCall
@@ -207,14 +207,6 @@ def conv_entry(profile: dict, calls: list[ConvCall] | None, peaks: Peaks | None)
     if roofline is not None:
         roofline["rows"] = costliest(roofline["rows"], KEPT_CONV_ROWS)
     return {**profile, "rows": costliest(profile["rows"], KEPT_CONV_ROWS), "roofline": roofline}
-
-
-def costliest(rows: list[dict], count: int) -> list[dict]:
-    return sorted(rows, key=lambda row: -row["gpu_us"])[:count]
-
-
-def row_key(row: dict) -> tuple[str, str]:
-    return row["op"], row["shapes"]
 
 
 def with_kept_conv_rows(record: dict) -> dict:

@@ -9,8 +9,10 @@ GPU time per call: a spin kernel is queued first, then CUDA events around ``reps
 time does not leak in; the variants are interleaved over ``rounds`` rounds; medians. float16 runs
 channels_last (as AMP training does), float32 contiguous with TF32 allowed. The result,
 ``<out>/layers-<gpu>-<date>.json`` and ``.md``, holds per table its rows: ``layer`` (name, input,
-weight, stride, padding, count in the network), ``direction``, ``flops``, ``stock_config``, ``ms``
-{variant: [ms per round]}, ``errors``, and the picks with their tuning-log entries.
+weight, stride, padding, count in the network), ``direction``, ``flops``, ``stock_config``,
+``median_ms`` {variant: median over the rounds of ms per call}, ``errors``, and the picks
+(``fastest_pick``, ``knobs_pick``). The tables show medians alone, so each round's times and the
+tuner's logs stay out of the file.
 """
 
 from __future__ import annotations
@@ -140,8 +142,8 @@ def stock_config_name(direction: str, x: object, w: object, stride: int, padding
     return next((c.name for c in configs if c.source == "heuristics_a" and c.refusal is None), None)
 
 
-def tuned_pick(direction: str, run: Callable[[], object], knob_search: bool) -> dict:
-    """The "fastest" policy's tuning-log entry for this convolution, tuned afresh."""
+def tuned_pick(direction: str, run: Callable[[], object], knob_search: bool) -> str | None:
+    """The "fastest" policy's pick for this convolution, tuned afresh (None: stock's path)."""
     import torch
 
     import torch_cudnn_algo
@@ -155,7 +157,7 @@ def tuned_pick(direction: str, run: Callable[[], object], knob_search: bool) -> 
     entries = [entry for entry in log if entry["direction"] == direction]
     if not entries:
         raise RuntimeError(f'"fastest" logged no tuning for {direction}')
-    return entries[-1]
+    return entries[-1]["pick"]
 
 
 def resolve(variant: str, direction: str, run: Callable[[], object], row: dict) -> Choice:
@@ -169,9 +171,9 @@ def resolve(variant: str, direction: str, run: Callable[[], object], row: dict) 
             raise RuntimeError("no usable heuristics_a configuration")
         return Choice(pinned=row["stock_config"])
     prefix = "fastest" if variant == "fastest" else "knobs"
-    entry = tuned_pick(direction, run, knob_search=variant == "fastest_knobs")
-    row[f"{prefix}_pick"], row[f"{prefix}_log"] = entry["pick"], entry
-    return Choice(pinned=entry["pick"])  # pick None: the policy runs stock's path
+    pick = tuned_pick(direction, run, knob_search=variant == "fastest_knobs")
+    row[f"{prefix}_pick"] = pick
+    return Choice(pinned=pick)  # pick None: the policy runs stock's path
 
 
 def gpu_ms_per_call(run: Callable[[], object], reps: int) -> float:
@@ -194,7 +196,7 @@ def measure_row(layer: dict, direction: str, tensors: tuple, variants: Sequence[
     run = direction_call(direction, x, w, grad, layer["stride"], layer["padding"])
     row: dict = {"layer": layer, "direction": direction, "flops": conv_flops(layer),
                  "stock_config": stock_config_name(direction, x, w, layer["stride"], layer["padding"]),
-                 "ms": {}, "errors": {}}
+                 "median_ms": {}, "errors": {}}
     choices: dict[str, Choice] = {}
     for variant in variants:
         try:
@@ -211,11 +213,13 @@ def measure_row(layer: dict, direction: str, tensors: tuple, variants: Sequence[
         except (RuntimeError, torch.OutOfMemoryError) as exc:
             row["errors"][variant] = error_text(exc)
             del choices[variant]
+    rounds_ms: dict[str, list[float]] = {variant: [] for variant in choices}
     for _ in range(loops.rounds):
         for variant, choice in choices.items():
             with applied(direction, choice):
                 run()  # untimed: the first call after the flags change
-                row["ms"].setdefault(variant, []).append(gpu_ms_per_call(run, loops.reps))
+                rounds_ms[variant].append(gpu_ms_per_call(run, loops.reps))
+    row["median_ms"] = {variant: median(samples) for variant, samples in rounds_ms.items()}
     return row
 
 
@@ -250,15 +254,14 @@ def measure_table(dtype_name: str, loops: Loops, on_row: Callable[[dict], None])
 
 
 def row_medians(row: dict) -> dict[str, float]:
-    """Median ms per variant of one row, for the variants measured."""
-    medians = {variant: median(samples) for variant, samples in (row.get("ms") or {}).items()}
-    return {variant: value for variant, value in medians.items() if value is not None}
+    """Median ms per variant of one row, for the variants measured (a copy the caller may add to)."""
+    return dict(row.get("median_ms") or {})
 
 
 def weighted_totals(rows: list[dict]) -> dict[str, dict[str, float]]:
     """Per direction and ``total``: the sum over rows with every variant measured of the layer's
     count x median ms, per variant and for ``best_found`` (the faster of the picks)."""
-    variants = {variant for row in rows for variant in (row.get("ms") or {})}
+    variants = {variant for row in rows for variant in (row.get("median_ms") or {})}
     totals: dict[str, dict[str, float]] = {}
     for row in rows:
         values = row_medians(row)
@@ -290,7 +293,7 @@ def _table(headers: Sequence[str], rows: list[Sequence[object]]) -> list[str]:
 
 def render_table(table: dict) -> list[str]:
     rows = table.get("rows", [])
-    variants = [v for v in VARIANT_TITLES if any(v in (row.get("ms") or {}) for row in rows)]
+    variants = [v for v in VARIANT_TITLES if any(v in (row.get("median_ms") or {}) for row in rows)]
     fp16 = table.get("dtype") == "float16"
     lines = [f"## {table.get('dtype')}, {table.get('memory_format')}, allow_tf32={table.get('allow_tf32')}", ""]
     totals = weighted_totals(rows)

@@ -2,7 +2,10 @@
 ``<out>/raw/zoo/<network>.<part>.json`` as soon as it is measured (parts: setup, eager, host, gpu,
 first_step, names_first_step, benchmark), so runs split over several commands accumulate; a part
 that failed holds ``{"error": ...}``. :func:`merge` turns the raw files of the latest run's GPU into
-the result ``zoo-<gpu>-<date>.json``: per network, the headline fields first, then the detail."""
+the result ``zoo-<gpu>-<date>.json``: per network, the headline fields first, then the detail. Bulk
+that no table shows stays in the raw files: each round's times (the result keeps their ratios'
+median, min, max and rounds), the host time per profiled op, and every part's loop settings but
+the main child's."""
 
 from __future__ import annotations
 
@@ -71,25 +74,17 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
     entry.update({
         "kinds": sorted(ZOO[name].kinds) if name in ZOO else None,
         "eager_control_ms": nested(eager, "median_ms", "control"),
-        "eager_rounds_ms": nested(eager, "rounds_ms"),
         "eager_ratio": {mode: nested(eager, "ratio", mode) for mode in EAGER_COMPARED},
         "eager_cpu_ms": {mode: nested(eager, "cpu_median_ms", mode) for mode in EAGER_MODES},
         "eager_cpu_ratio": {mode: nested(eager, "cpu_ratio", mode) for mode in EAGER_COMPARED},
-        "eager_orders": nested(eager, "orders"),
         "host_us_per_conv_call_fastest": nested(host, "median_us_per_call", "fastest"),
-        "host_rounds_us": nested(host, "rounds_us"),
         "host_ratio": {mode: nested(host, "ratio", mode) for mode in EAGER_COMPARED},
         "host_conv_calls_per_step": nested(host, "conv_calls_per_step"),
-        "host_ops": nested(host, "ops"),
         # The same calls with the GPU drained before every conv module: no call waits for a free
         # launch slot, which a GPU-bound step charges to whichever op launches.
         "host_us_per_conv_call_gpu_drained": {mode: nested(host, "drained_median_us_per_call", mode)
                                               for mode in ("stock", "plan", "fastest")},
         "host_ratio_gpu_drained": {mode: nested(host, "drained_ratio", mode) for mode in EAGER_COMPARED},
-        "host_ops_gpu_drained": nested(host, "drained_ops"),
-        "gpu_repeats_ms": {"heuristics": nested(gpu, "repeats_ms", "heuristics"),
-                           "benchmark": nested(bench, "gpu", "repeats_ms", "benchmark"),
-                           "fastest": nested(gpu, "repeats_ms", "fastest")},
         "gpu_speedup_fastest": {"vs_heuristics": ratio(gpu_ms["heuristics"], gpu_ms["fastest"]),
                                 "vs_benchmark": ratio(gpu_ms["benchmark"], gpu_ms["fastest"]),
                                 "vs_heuristics_per_repeat": nested(gpu, "ratio", "fastest")},
@@ -129,7 +124,9 @@ def network_entry(name: str, parts: dict[str, dict]) -> dict:
         "plan_first_step_runs": {key: nested(first, key) for key in ("plan_applied_by", "plan_entries_run",
                                                                    "plan_runs_first_step", "pinned_runs_first_step")},
         "workload": nested(setup, "workload") or nested(bench, "workload") or nested(first, "workload"),
-        "loops": {part: record.get("settings") for part, record in parts.items()},
+        # The main child's (its knob_search is the plan's and "fastest"'s); a part merged from another
+        # run may have had others, which its raw file keeps, and each ratio above records its rounds.
+        "loops": {"setup": nested(parts.get("setup"), "settings")},
         "measured": {part: record.get("measured") for part, record in parts.items()},
         "errors": {part: record["error"] for part, record in parts.items() if "error" in record},
     })

@@ -23,7 +23,10 @@ row). *needs off the convolutions*: the plan's step time less ``benchmark=True``
 target, the part of the plan's convolution time that would have to go for the target to be met
 without touching anything else in the step.
 
-Writes ``<out>/step-profile-<gpu>-<date>.json`` and ``.md``.
+Writes ``<out>/step-profile-<gpu>-<date>.json`` and ``.md``. The JSON keeps per mode the
+``TOP_KERNELS`` costliest kernels (their names are long) and the convolution rows that either mode
+ranks among its ``TOP_CONVOLUTIONS`` costliest, in both modes, beside the convolution time of all
+rows by direction: what the render shows, and ``benchmark=True``'s costliest rows against the plan's.
 """
 
 from __future__ import annotations
@@ -44,9 +47,10 @@ if TYPE_CHECKING:
 
 DEFAULT_NETWORKS = ("mobilenet_v3_large", "efficientnet_b0", "conv_tasnet")
 CONV_OPS = {"aten::convolution": "forward", "aten::convolution_backward": "backward"}
+MODES = ("benchmark", "plan")
 TOP_KERNELS = 8
-KEPT_KERNELS = 40  # of the costliest kernels per mode, in the JSON (their names are long)
-TOP_CONVOLUTIONS = 12
+KEPT_KERNELS = TOP_KERNELS  # of the costliest kernels per mode, in the JSON: those rendered (long names)
+TOP_CONVOLUTIONS = 12  # rendered per network; the JSON keeps these rows of either mode, in both
 
 
 class OpRow(NamedTuple):
@@ -93,14 +97,44 @@ def profiled(step: Callable[[], None], steps: int, warm_up: int) -> torch.profil
     return prof
 
 
+def convolution_us(rows: Iterable[dict]) -> dict[str, float]:
+    """GPU microseconds per step of all ``rows`` by direction: the summary's convolution time,
+    recorded before the JSON drops the rows the render does not show."""
+    totals = {direction: 0.0 for direction in CONV_OPS.values()}
+    for row in rows:
+        totals[CONV_OPS[row["op"]]] += row["gpu_us"]
+    return totals
+
+
 def profile_step(step: Callable[[], None], steps: int, warm_up: int) -> dict:
     """``step`` run ``warm_up`` times, then profiled over ``steps`` runs: GPU time per step by
-    kernel and by convolution op."""
+    kernel and by convolution op, and of all convolutions by direction."""
     prof = profiled(step, steps, warm_up)
     kernels = kernel_times(prof.events(), steps)
+    rows = [row._asdict() for row in conv_rows(prof.key_averages(group_by_input_shape=True), steps)]
     return {"total_us": sum(kernels.values()),
             "kernels_us": dict(sorted(kernels.items(), key=lambda item: -item[1])[:KEPT_KERNELS]),
-            "convolutions": [row._asdict() for row in conv_rows(prof.key_averages(group_by_input_shape=True), steps)]}
+            "convolution_us": convolution_us(rows), "convolutions": rows}
+
+
+def costliest(rows: list[dict], count: int) -> list[dict]:
+    return sorted(rows, key=lambda row: -row["gpu_us"])[:count]
+
+
+def row_key(row: dict) -> tuple[str, str]:
+    return row["op"], row["shapes"]
+
+
+def with_kept_convolutions(record: dict) -> dict:
+    """A network's record keeping, in both modes, only the convolution rows that either mode ranks
+    among its costliest TOP_CONVOLUTIONS: every row the render shows (the plan's costliest, with
+    benchmark=True's time of them), and benchmark=True's costliest with the plan's time of them.
+    The kernels and the totals stay."""
+    if "error" in record:
+        return record
+    kept = {row_key(row) for mode in MODES for row in costliest(record[mode]["convolutions"], TOP_CONVOLUTIONS)}
+    return {**record, **{mode: {**record[mode], "convolutions": [
+        row for row in record[mode]["convolutions"] if row_key(row) in kept]} for mode in MODES}}
 
 
 def measure_network(network: str, steps: int, warm_up: int) -> dict:
@@ -146,11 +180,8 @@ class Summary(NamedTuple):
 
 
 def summary(profile: dict) -> Summary:
-    by_direction = {direction: 0.0 for direction in CONV_OPS.values()}
-    for row in profile["convolutions"]:
-        by_direction[CONV_OPS[row["op"]]] += row["gpu_us"]
-    return Summary(profile["total_us"] / 1e3, by_direction["forward"] / 1e3,
-                   by_direction["backward"] / 1e3)
+    by_direction = profile["convolution_us"]
+    return Summary(profile["total_us"] / 1e3, by_direction["forward"] / 1e3, by_direction["backward"] / 1e3)
 
 
 def needed_off_ms(plan: Summary, benchmark: Summary, target: float) -> float:
@@ -161,11 +192,10 @@ def needed_off_ms(plan: Summary, benchmark: Summary, target: float) -> float:
 def convolution_table(record: dict, top: int) -> list[tuple[str, str, float, float | None, float | None]]:
     """The plan's ``top`` costliest convolution rows: (direction, shapes, calls, plan ms,
     benchmark=True ms of the same op and shapes)."""
-    stock = {(row["op"], row["shapes"]): row["gpu_us"] for row in record["benchmark"]["convolutions"]}
-    rows = sorted(record["plan"]["convolutions"], key=lambda row: -row["gpu_us"])[:top]
+    stock = {row_key(row): row["gpu_us"] for row in record["benchmark"]["convolutions"]}
     return [(CONV_OPS[row["op"]], row["shapes"], row["calls"], row["gpu_us"] / 1e3,
-             None if (row["op"], row["shapes"]) not in stock else stock[(row["op"], row["shapes"])] / 1e3)
-            for row in rows]
+             None if row_key(row) not in stock else stock[row_key(row)] / 1e3)
+            for row in costliest(record["plan"]["convolutions"], top)]
 
 
 def shapes_text(shapes: str) -> str:
@@ -243,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stem = args.out / f"step-profile-{device_slug(report['device'])}-{report['date']}"
     for network in networks:
         try:
-            report["networks"].append(measure_network(network, args.steps, args.warm_up))
+            report["networks"].append(with_kept_convolutions(measure_network(network, args.steps, args.warm_up)))
         except Exception as exc:  # noqa: BLE001 - one network's failure is recorded, the others still run
             report["networks"].append({"name": network, "error": error_text(exc)})
         write_json(stem.with_suffix(".json"), report)
