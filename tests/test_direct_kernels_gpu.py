@@ -60,6 +60,10 @@ CASES = [
     form("grouped24", 2, 48, 48, (14, 14), (3, 3), stride=2, padding=1, groups=2),
     form("grouped4", 2, 32, 32, (9, 9), (3, 3), padding=1, groups=8),
     form("grouped16_unpadded", 2, 64, 32, (8, 10), (3, 3), groups=4),
+    # The tensor-core filter gradient with groups: 32 channels a group (288 (ci, r, s) rows, dilated,
+    # several 64-pixel tiles and slices), and 4 input channels a group (staged by element).
+    form("grouped32_dilated", 3, 64, 64, (13, 11), (3, 3), padding=2, dilation=2, groups=2),
+    form("grouped_in4_out8", 2, 8, 16, (12, 9), (3, 3), stride=(2, 1), padding=1, groups=2),
     form("dw1d_k3", 2, 64, 64, (101,), (3,), padding=1, groups=64),
     form("one_to_many_1d", 2, 1, 32, (200,), (16,), stride=8, padding=8),
     form("decoder_transposed_1d", 2, 32, 1, (25,), (16,), stride=8, padding=8, transposed=True),
@@ -152,8 +156,9 @@ def test_reruns_are_bitwise_equal_under_deterministic_algorithms(layout: str) ->
 
 @own_kernels
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_non_contiguous_and_misaligned_operands(layout: str) -> None:
-    case = CASES[0]
+@pytest.mark.parametrize("name", ["stem3x3s2", "grouped24"])  # x read element by element, and by vectors
+def test_non_contiguous_and_misaligned_operands(layout: str, name: str) -> None:
+    case = next(case for case in CASES if case.name == name)
     x, w = operands(case, torch.float16, layout)
     # A view one element into a larger buffer (misaligned), and a strided slice.
     shifted = torch.empty(x.numel() + 1, dtype=x.dtype, device="cuda")[1:].view(x.shape)
