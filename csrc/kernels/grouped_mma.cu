@@ -22,6 +22,7 @@
 // output element is summed by one warp in a fixed order (deterministic).
 #include "kernels/grouped_mma.h"
 
+#include "kernels/async_copy.cuh"
 #include "kernels/device_traits.cuh"
 #include "kernels/direct_common.h"
 
@@ -149,31 +150,6 @@ struct MmaGeometry {
   int cpg_src, cpg_dst, taps, taps_per_chunk, chunk_width, chunks, weight_ld, a_ld;
   bool weight_vectors;           // the weight's dim 1 is contiguous and 16-byte aligned: stage it by vectors
 };
-
-// 16 bytes from global to shared memory without a register round trip; zeros
-// instead when !live (src-size 0 reads nothing: `global` need only be valid).
-// .ca keeps the line in L1: neighbouring pixels' taps read it again.
-__device__ __forceinline__ void copy_16_or_zero(void* shared, const void* global, bool live) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(live ? 16 : 0)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void commit_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Waits until at most `Pending` of this thread's committed copy groups are in flight.
-template <int Pending>
-__device__ __forceinline__ void wait_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-#endif
-}
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Packed {

@@ -39,3 +39,22 @@ def inline_slice_sum(src: str, note: bool = False) -> str:
     if src.count(include) != 1:
         sys.exit(f"transform: {include} found {src.count(include)} times, expected 1")
     return src.replace(include, header.src)
+
+
+def inline_async_copy(src: str) -> str:
+    """src with csrc/kernels/async_copy.cuh (the cp.async helpers) inlined at its include, its
+    PTX replaced by the emulation's copies (fake/cuda_runtime.h: emu_cp_async, emu_commit,
+    emu_wait)."""
+    header = Rewrite(open('csrc/kernels/async_copy.cuh').read().replace('#pragma once', ''))
+    header.sub(r'#if defined\(__CUDA_ARCH__\) && __CUDA_ARCH__ >= 800', '#if 1', 3)
+    header.sub(r'const unsigned to = static_cast<unsigned>\(__cvta_generic_to_shared\(shared\)\);\s*'
+               r'asm volatile\("cp\.async\.ca\.shared\.global \[%0\], \[%1\], 16, %2;\\n" ::"r"\(to\), '
+               r'"l"\(global\), "r"\(live \? 16 : 0\)\s*: "memory"\);',
+               'emu_cp_async(shared, global, live);', 1)
+    header.sub(r'asm volatile\("cp\.async\.commit_group;\\n" ::: "memory"\);', 'emu_commit();', 1)
+    header.sub(r'asm volatile\("cp\.async\.wait_group %0;\\n" ::"n"\(Pending\) : "memory"\);',
+               'emu_wait(Pending);', 1)
+    include = '#include "kernels/async_copy.cuh"'
+    if src.count(include) != 1:
+        sys.exit(f"transform: {include} found {src.count(include)} times, expected 1")
+    return src.replace(include, header.src)

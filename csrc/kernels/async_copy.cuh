@@ -1,0 +1,39 @@
+// cp.async helpers of our tensor-core kernels (grouped_mma.cu, gemm_filter.cu):
+// 16-byte copies from global to shared memory that bypass registers, so that a
+// block keeps many loads in flight while it multiplies what landed earlier.
+// They need compute capability 8.0; below it they compile to nothing (the
+// kernels that use them are refused there).
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace torch_cudnn_algo::kernels {
+namespace {  // internal linkage: each including translation unit has its own copy
+
+// 16 bytes from global to shared memory without a register round trip; zeros
+// instead when !live (src-size 0 reads nothing: `global` need only be valid).
+// .ca keeps the line in L1: neighbouring pixels' taps read it again.
+__device__ __forceinline__ void copy_16_or_zero(void* shared, const void* global, bool live) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(live ? 16 : 0)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void commit_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most `Pending` of this thread's committed copy groups are in flight.
+template <int Pending>
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+#endif
+}
+
+}  // namespace
+}  // namespace torch_cudnn_algo::kernels
