@@ -25,14 +25,16 @@ namespace torch_cudnn_algo::kernels {
 // addresses: backward filter; fp16 or bf16; channels_last; at most 65535
 // groups; per group a multiple of 8 output channels, at most 64, and at most
 // 288 (ci, r, s) rows (32 channels of a 3x3 filter, a 7x7 filter of 3); at
-// most 10 16x16 result tiles a warp; the tile fits in 48 KB of shared memory.
+// most 10 16x16 result tiles a warp; the staged tile fits in 48 KB of shared
+// memory (by element), or two of them in 99 KB, the least opt-in limit of the
+// GPUs it runs on (by vector: a group's input channels whole 16-byte vectors).
 bool gemm_filter_fits(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction);
 
 // Whether the kernel runs it on the current GPU: gemm_filter_fits, dy 16-byte
 // aligned (`dy_aligned`: it is read by vectors), x 16-byte aligned
 // (`x_aligned`) where a group's input channels are whole vectors (x is read
-// by vectors then), and compute capability 8.0 or later (bf16 tensor cores).
-// Otherwise the generic filter kernel runs it.
+// by vectors then), and compute capability 8.0 or later (bf16 tensor cores,
+// cp.async). Otherwise the generic filter kernel runs it.
 bool gemm_filter_applies(const DirectConvShape& shape, DirectDType dtype, DirectDirection direction, bool x_aligned,
                          bool dy_aligned);
 

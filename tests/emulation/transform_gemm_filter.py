@@ -1,11 +1,10 @@
 # Rewrites csrc/kernels/gemm_filter.cu for the host emulation (rewrite.py: each
 # rewrite matches as counted).
 import sys
-from rewrite import Rewrite, inline_slice_sum
-rewrite = Rewrite(inline_slice_sum(open(sys.argv[1]).read()))
+from rewrite import Rewrite, inline_async_copy, inline_slice_sum
+rewrite = Rewrite(inline_async_copy(inline_slice_sum(open(sys.argv[1]).read())))
 sub = rewrite.sub
-sub(r'extern __shared__ __align__\(128\) unsigned char shared_bytes\[\];', 'unsigned char* shared_bytes = emu_shared();', 1)
-sub(r'#if defined\(__CUDA_ARCH__\) && __CUDA_ARCH__ >= 800', '#if 1', 1)
-sub(r'(kernel_of<T, (?:true|false)>\(plan\.choice\))<<<grid, kThreads, plan\.shared_bytes, stream>>>\(',
-    r'emu_launch(\1, grid, kThreads, plan.shared_bytes, stream, ', 2)
+sub(r'extern __shared__ __align__\(128\) unsigned char shared_bytes\[\];', 'unsigned char* shared_bytes = emu_shared();', 2)
+sub(r'#if defined\(__CUDA_ARCH__\) && __CUDA_ARCH__ >= 800', '#if 1', 2)
+sub(r'kernel<<<grid, kThreads, plan\.shared_bytes, stream>>>\(', 'emu_launch(kernel, grid, kThreads, plan.shared_bytes, stream, ', 1)
 rewrite.write(sys.argv[2])
