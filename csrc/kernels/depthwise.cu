@@ -39,11 +39,13 @@
 // row of 2^31 elements or more), 64-bit for the row bases, so one kernel
 // serves tensors of any size.
 #include "kernels/depthwise_choices.cuh"
+#include "kernels/device_traits.cuh"
 
 namespace torch_cudnn_algo::kernels {
 namespace {
 
 std::atomic<bool> g_enabled{true};
+std::atomic<bool> g_mma_enabled{true};
 
 // Backward-filter slices: from the chosen configuration (alignment aside, so
 // the workspace is known before the pointers).
@@ -61,8 +63,52 @@ int64_t filter_slices(const DirectConvShape& s, int sm_count) {
 #undef TCA_DW_SLICES
 }
 
+// The tensor-core filter gradient's geometry where it applies to the shape
+// (the pointers and the GPU aside); 0 taps where it does not.
+int mma_filter_geom_of(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
+  switch (s.s) {
+    case 3: return mma_filter_geom<3>(s, sm_count, g) ? 3 : 0;
+    case 5: return mma_filter_geom<5>(s, sm_count, g) ? 5 : 0;
+    case 7: return mma_filter_geom<7>(s, sm_count, g) ? 7 : 0;
+  }
+  return 0;
+}
+
+// Slices of partial sums either filter kernel may write: the workspace is sized
+// before the pointers, whose alignment decides between them.
 int64_t filter_slices(const DirectConvShape& s, DirectDType dtype, int sm_count) {
-  return dtype == DirectDType::kFloat ? filter_slices<4>(s, sm_count) : filter_slices<2>(s, sm_count);
+  if (dtype == DirectDType::kFloat) return filter_slices<4>(s, sm_count);
+  MmaFilterGeom g;
+  const int64_t mma = mma_filter_geom_of(s, sm_count, g) ? mma_filter_slices(g) : 0;
+  return std::max(filter_slices<2>(s, sm_count), mma);
+}
+
+// The tensor-core kernels run on compute capability 8.0 or newer, with 16-byte aligned operands.
+bool mma_allowed(std::initializer_list<const void*> pointers) {
+  if (!g_mma_enabled.load(std::memory_order_relaxed)) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  int device = 0;
+  DeviceTraits traits;
+  return current_device(&device, &traits) && traits.major >= 8;
+}
+
+// Runs the tensor-core filter gradient where it applies (result: its launch's
+// error); false: the CUDA-core filter kernel runs.
+template <typename T>
+bool mma_filter_choice(const DirectConvShape& s, int sm_count, const T* x, const T* dy, T* dweight, void* workspace,
+                       cudaStream_t stream, cudaError_t& result) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    MmaFilterGeom g;
+    const int ks = mma_filter_geom_of(s, sm_count, g);
+    if (ks == 0 || !mma_allowed({x, dy})) return false;
+    if (ks == 3) result = launch_mma_filter<T, 3>(s, g, x, dy, dweight, workspace, stream);
+    else if (ks == 5) result = launch_mma_filter<T, 5>(s, g, x, dy, dweight, workspace, stream);
+    else result = launch_mma_filter<T, 7>(s, g, x, dy, dweight, workspace, stream);
+    return true;
+  }
 }
 
 // The gather kernel of the chosen configuration for the shape and its pointers.
@@ -97,6 +143,32 @@ GatherPick<T> gather_choice(const DirectConvShape& s, bool backward, const T* sr
   TCA_DW_GATHER(1, false, 0, 0);
 #undef TCA_DW_GATHER_WIDTHS
 #undef TCA_DW_GATHER
+}
+
+// Runs the tensor-core gather where it applies to the shape, the pointers and
+// the GPU (result: its launch's error); false: the other gathers run.
+template <typename T>
+bool mma_choice(const DirectConvShape& s, bool backward, const T* src, const T* weight, T* dst, cudaStream_t stream,
+                cudaError_t& result) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    if (!mma_allowed({src, dst})) return false;
+#define TCA_DW_MMA(KS)                                          \
+  {                                                             \
+    MmaGeom g;                                                  \
+    if (!mma_geom<KS>(s, backward, g)) return false;            \
+    result = launch_mma<T, KS>(g, src, weight, dst, stream);    \
+    return true;                                                \
+  }
+    switch (s.s) {
+      case 3: TCA_DW_MMA(3)
+      case 5: TCA_DW_MMA(5)
+      case 7: TCA_DW_MMA(7)
+    }
+#undef TCA_DW_MMA
+    return false;
+  }
 }
 
 // Runs the plane gather where it is the choice for the shape and applies to its
@@ -164,12 +236,15 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, in
   const T* ta = static_cast<const T*>(a);
   const T* tb = static_cast<const T*>(b);
   T* to = static_cast<T*>(out);
-  if (direction == DirectDirection::kBackwardFilter)
+  cudaError_t chosen;
+  if (direction == DirectDirection::kBackwardFilter) {
+    if (mma_filter_choice<T>(s, sm_count, ta, tb, to, workspace, stream, chosen)) return chosen;
     return launch_filter_pick<T>(s, filter_slices<sizeof(T)>(s, sm_count), filter_choice<T>(s, ta, tb), ta, tb, to, workspace,
                                  stream);
+  }
   const bool backward = direction == DirectDirection::kBackwardData;
-  cudaError_t planed;
-  if (plane_choice<T>(s, backward, ta, tb, to, stream, planed)) return planed;
+  if (mma_choice<T>(s, backward, ta, tb, to, stream, chosen)) return chosen;
+  if (plane_choice<T>(s, backward, ta, tb, to, stream, chosen)) return chosen;
   return launch_gather_pick<T>(s, backward, sm_count, gather_choice<T>(s, backward, ta, to), ta, tb, to, stream);
 }
 
@@ -214,5 +289,7 @@ int launch_depthwise(const DirectConvShape& s, DirectDType dtype, DirectDirectio
 }
 
 void set_depthwise_enabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
+
+void set_depthwise_mma_enabled(bool enabled) { g_mma_enabled.store(enabled, std::memory_order_relaxed); }
 
 }  // namespace torch_cudnn_algo::kernels

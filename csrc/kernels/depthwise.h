@@ -41,4 +41,9 @@ int launch_depthwise(const DirectConvShape& shape, DirectDType dtype, DirectDire
 // Process-wide; true by default.
 void set_depthwise_enabled(bool enabled);
 
+// For benchmarks and tests: false keeps the forward and backward data off the
+// tensor-core gather (depthwise_mma.cuh), on the CUDA-core gathers.
+// Process-wide; true by default.
+void set_depthwise_mma_enabled(bool enabled);
+
 }  // namespace torch_cudnn_algo::kernels

@@ -7,6 +7,8 @@
 #pragma once
 
 #include "kernels/depthwise_kernels.cuh"
+#include "kernels/depthwise_mma.cuh"
+#include "kernels/depthwise_mma_filter.cuh"
 #include "kernels/depthwise_plane.cuh"
 
 namespace torch_cudnn_algo::kernels {

@@ -216,6 +216,10 @@ void run_case(const Case& t, int misalign, const Timing* timing) {
     if (!ok) ++g_failures;
     if (timing) {
       const double ours = time_launch(l, ops, d_out, ws);
+      // The CUDA-core kernels alone (the tensor-core ones off).
+      set_depthwise_mma_enabled(false);
+      const double cuda_core = time_launch(l, ops, d_out, ws);
+      set_depthwise_mma_enabled(true);
       set_depthwise_enabled(false);
       const DirectLaunch generic = prepare_direct_conv(s, dtype_of<T>(), dir, g_sm_count);
       set_depthwise_enabled(true);
@@ -231,9 +235,10 @@ void run_case(const Case& t, int misalign, const Timing* timing) {
       // Bytes each operand crosses once: x or dx, y or dy (the weight is small).
       const double bytes = double(s.n * s.h * s.w * s.c + s.n * s.p * s.q * s.c) * sizeof(T);
       std::printf("  TIME %-41s %s %s ours %.4f ms  cuDNN best %.3f (%.2fx ours)  bound %.3f (ours %.2fx it)  "
-                  "%.2f TB/s  generic %.4f ms (%.2fx ours)\n",
+                  "%.2f TB/s  cuda-core %.4f ms (%.2fx ours)  generic %.4f ms (%.2fx ours)\n",
                   t.name.c_str(), dtype_name<T>(), dname, ours, cudnn, cudnn / ours, timing->bound_ms,
-                  ours / timing->bound_ms, bytes / (ours * 1e-3) / 1e12, old_ms, old_ms / ours);
+                  ours / timing->bound_ms, bytes / (ours * 1e-3) / 1e12, cuda_core, cuda_core / ours, old_ms,
+                  old_ms / ours);
     }
     CUDA_CHECK(cudaFree(ws));
     CUDA_CHECK(cudaFree(d_out_guarded));

@@ -58,3 +58,15 @@ def inline_async_copy(src: str) -> str:
     if src.count(include) != 1:
         sys.exit(f"transform: {include} found {src.count(include)} times, expected 1")
     return src.replace(include, header.src)
+
+
+def inline_mma_sync(src: str) -> str:
+    """src with csrc/kernels/mma_sync.cuh (mma.sync m16n8k16) inlined at its include, its PTX
+    replaced by the emulation's warp-wide multiply (fake/mma_sync.h: emu_mma_16816)."""
+    header = Rewrite(open('csrc/kernels/mma_sync.cuh').read().replace('#pragma once', ''))
+    header.sub(r'(?s)#if defined\(__CUDA_ARCH__\) && __CUDA_ARCH__ >= 800\n.*?#endif\n',
+               'emu_mma_16816<T>(d, a, b);\n', 1)
+    include = '#include "kernels/mma_sync.cuh"'
+    if src.count(include) != 1:
+        sys.exit(f"transform: {include} found {src.count(include)} times, expected 1")
+    return src.replace(include, '#include "mma_sync.h"\n' + header.src)

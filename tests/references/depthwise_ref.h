@@ -193,6 +193,11 @@ inline std::vector<Case> correctness_cases() {
       make("n1 520x5x5 3x3 s1 p1 (many tiles)", 1, 520, 5, 5, 3, 3, 1, 1, 1, 1),
       make("n4 64x15x15 7x7 s1 p3", 4, 64, 15, 15, 7, 7, 1, 1, 3, 3),
       make("n3 48x23x21 3x3 s2 p1", 3, 48, 23, 21, 3, 3, 2, 2, 1, 1),
+      // The tensor-core gather's geometry: two images a block (the last alone),
+      // several bands and column chunks, a pad below the window's half.
+      make("n3 16x7x7 7x7 s1 p3 (images)", 3, 16, 7, 7, 7, 7, 1, 1, 3, 3),
+      make("n1 8x35x70 3x3 s1 p1 (bands, chunks)", 1, 8, 35, 70, 3, 3, 1, 1, 1, 1),
+      make("n2 16x20x9 5x5 s1 p1", 2, 16, 20, 9, 5, 5, 1, 1, 1, 1),
   };
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include "../fake/cuda_runtime.h"
 #include <atomic>
+#include <memory>
 
 struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
@@ -37,6 +38,12 @@ void emu_launch(K kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream
         std::memset(blk.shared, 0xFF, shared_bytes);
         std::barrier<> block_barrier(threads);
         blk.block_barrier = &block_barrier;
+        // Warps of 1-d blocks (the last one possibly partial), for __syncwarp.
+        std::vector<std::unique_ptr<std::barrier<>>> warps;
+        for (unsigned w = 0; w * 32 < threads && w < 32; ++w) {
+          warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
+          blk.warp_barriers[w] = warps.back().get();
+        }
         std::vector<std::thread> pool;
         for (unsigned t = 0; t < threads; ++t)
           pool.emplace_back([&, t] {
