@@ -4,6 +4,8 @@
 // every input vector once per tap; these give a thread a strip of output
 // columns, slide a window of input vectors over it in registers and keep the
 // filter row in registers, which is what brings them near their memory time.
+// At stride 1 in fp16 and bf16 they run on tensor cores (mma.sync), each image
+// row of a channel a product with a banded (Toeplitz) matrix of its taps.
 // launch_direct_conv calls them where they apply; they are no launch of their own.
 //
 // This header is plain C++ (no CUDA, no torch), like direct_conv.h.
