@@ -43,8 +43,8 @@ int launch_depthwise(const DirectConvShape& shape, DirectDType dtype, DirectDire
 // Process-wide; true by default.
 void set_depthwise_enabled(bool enabled);
 
-// For benchmarks and tests: false keeps the forward and backward data off the
-// tensor-core gather (depthwise_mma.cuh), on the CUDA-core gathers.
+// For benchmarks and tests: false keeps every direction off the tensor-core
+// kernels (depthwise_mma.cuh, depthwise_mma_filter.cuh), on the CUDA-core ones.
 // Process-wide; true by default.
 void set_depthwise_mma_enabled(bool enabled);
 

@@ -640,6 +640,22 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The correlation a gather computes over its staged source, for the gathers
+// that stage it (depthwise_plane.cuh, depthwise_mma.cuh): forward from x to y
+// with the pads, backward data (stride 1) from dy to dx with the window
+// flipped and pads KS - 1 - pad.
+template <typename Geom>
+void set_correlation(Geom& g, const DirectConvShape& s, bool backward, int ks) {
+  g.c = static_cast<int>(s.c);
+  g.src_h = static_cast<int>(backward ? s.p : s.h);
+  g.src_w = static_cast<int>(backward ? s.q : s.w);
+  g.dst_h = static_cast<int>(backward ? s.h : s.p);
+  g.dst_w = static_cast<int>(backward ? s.w : s.q);
+  g.pad_h = static_cast<int>(backward ? ks - 1 - s.pad_h : s.pad_h);
+  g.pad_w = static_cast<int>(backward ? ks - 1 - s.pad_w : s.pad_w);
+  g.flip = backward;
+}
+
 inline DwGeom geom_of(const DirectConvShape& s) {
   DwGeom g;
   g.n = static_cast<int>(s.n); g.c = static_cast<int>(s.c); g.h = static_cast<int>(s.h); g.w = static_cast<int>(s.w);

@@ -38,6 +38,8 @@
 #include "kernels/depthwise_kernels.cuh"
 #include "kernels/mma_sync.cuh"
 
+#include <cstring>
+
 namespace torch_cudnn_algo::kernels {
 namespace {
 
@@ -98,6 +100,33 @@ __device__ __forceinline__ void toeplitz_fragment(const MmaGeom& g, const uint16
   }
 }
 
+// Stages `words` words of each of `rows` rows as column pairs of 8 channels:
+// word wd of row rr holds source columns col0 + 2 wd and col0 + 2 wd + 1 of
+// source row row0 + rr (zeros outside the image), each channel in its plane
+// (plane stride `plane`, row stride `row_words`).
+template <typename T>
+__device__ __forceinline__ void stage_pairs(uint32_t* to, int rows, int words, int row_words, int plane,
+                                            const T* image, int height, int width, int c, int row0, int col0) {
+#pragma unroll 4
+  for (int i = threadIdx.x; i < rows * words; i += kMmaThreads) {
+    const int rr = i / words, wd = i - rr * words;
+    const int sy = row0 + rr, sx = col0 + 2 * wd;
+    const bool row_live = sy >= 0 && sy < height;
+    const T* base = image + (row_live ? static_cast<long long>(sy) * width * c : 0);
+    Vec<uint32_t, 4> lo{}, hi{};
+    if (row_live && sx >= 0 && sx < width)
+      lo = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx) * c));
+    if (row_live && sx + 1 >= 0 && sx + 1 < width)
+      hi = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx + 1) * c));
+    uint32_t* at = to + rr * row_words + wd;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      at[(2 * v) * plane] = (lo.v[v] & 0xFFFFu) | (hi.v[v] << 16);
+      at[(2 * v + 1) * plane] = (lo.v[v] >> 16) | (hi.v[v] & 0xFFFF0000u);
+    }
+  }
+}
+
 // Grid: (channel groups of 8, bands * chunks, image groups); kMmaThreads threads.
 template <typename T, int KS>
 __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __restrict__ src,
@@ -110,27 +139,14 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __rest
   const int band = blockIdx.y % g.bands, chunk = blockIdx.y / g.bands;
   const int y0 = band * g.band, x0 = chunk * g.col_tiles * kMmaColTile;
   const int n0 = blockIdx.z * g.images;
-  const long long src_row = static_cast<long long>(g.src_w) * g.c, src_image = src_row * g.src_h;
+  const long long src_image = static_cast<long long>(g.src_h) * g.src_w * g.c;
 
-  // Stage column pairs: two pixels' 16-byte vectors become one word in each of
-  // the 8 channels' planes (lower column in the lower half).
-  const int pairs = (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < rows_staged * pairs; i += kMmaThreads) {
-    const int rr = i / pairs, jp = i - rr * pairs;
-    const int img = rr / g.rows_s, sy = y0 - g.pad_h + (rr - img * g.rows_s), sx = x0 - g.pad_w + 2 * jp;
-    const bool row_live = n0 + img < g.n && sy >= 0 && sy < g.src_h;
-    const T* base = src + (row_live ? (n0 + img) * src_image + sy * src_row + c0 : 0);
-    Vec<uint32_t, 4> lo{}, hi{};
-    if (row_live && sx >= 0 && sx < g.src_w) lo = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx) * g.c));
-    if (row_live && sx + 1 >= 0 && sx + 1 < g.src_w)
-      hi = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx + 1) * g.c));
-    uint32_t* to = planes + rr * g.row_words + jp;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      to[(2 * v) * plane_words] = (lo.v[v] & 0xFFFFu) | (hi.v[v] << 16);
-      to[(2 * v + 1) * plane_words] = (lo.v[v] >> 16) | (hi.v[v] & 0xFFFF0000u);
-    }
+  // Stage column pairs, image by image (zeros for images past the batch).
+  for (int img = 0; img < g.images; ++img) {
+    const bool live = n0 + img < g.n;
+    stage_pairs<T>(planes + img * g.rows_s * g.row_words, g.rows_s, (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2,
+                   g.row_words, plane_words, live ? src + (n0 + img) * src_image + c0 : src, live ? g.src_h : 0,
+                   g.src_w, g.c, y0 - g.pad_h, x0 - g.pad_w);
   }
 
   // This lane's taps: the warp's two channels, every filter row.
@@ -207,13 +223,7 @@ bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
   if (backward && (s.pad_h > KS - 1 || s.pad_w > KS - 1)) return false;
   if (s.c % kMmaChannels != 0) return false;
   g.n = static_cast<int>(s.n);
-  g.c = static_cast<int>(s.c);
-  g.src_h = static_cast<int>(backward ? s.p : s.h);
-  g.src_w = static_cast<int>(backward ? s.q : s.w);
-  g.dst_h = static_cast<int>(backward ? s.h : s.p);
-  g.dst_w = static_cast<int>(backward ? s.w : s.q);
-  g.pad_h = static_cast<int>(backward ? KS - 1 - s.pad_h : s.pad_h);
-  g.pad_w = static_cast<int>(backward ? KS - 1 - s.pad_w : s.pad_w);
+  set_correlation(g, s, backward, KS);
   const int tiles = static_cast<int>(ceil_div(g.dst_w, kMmaColTile));
   g.chunks = static_cast<int>(ceil_div(tiles, kMmaMaxColTiles));
   g.col_tiles = static_cast<int>(ceil_div(tiles, g.chunks));
@@ -227,7 +237,6 @@ bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
   g.row_words = words;
   g.out_pixels = g.col_tiles * kMmaColTile + 1;
   g.ws0 = s.weight_strides[0]; g.ws2 = s.weight_strides[2]; g.ws3 = s.weight_strides[3];
-  g.flip = backward;
   if (int64_t{g.bands} * g.chunks > 65535 || ceil_div(g.n, g.images) > 65535) return false;
   return mma_shared_bytes(g) <= kMmaShared;
 }

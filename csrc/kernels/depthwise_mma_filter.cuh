@@ -52,33 +52,6 @@ struct MmaFilterGeom {
   int items, per_slice;   // (image, band, chunk) items, items a slice takes
 };
 
-// Stages `words` words of each of `rows` rows as column pairs of 8 channels:
-// word wd of row rr holds source columns col0 + 2 wd and col0 + 2 wd + 1 of
-// source row row0 + rr (zeros outside the image), each channel in its plane
-// (plane stride `plane`, row stride `row_words`).
-template <typename T>
-__device__ __forceinline__ void stage_pairs(uint32_t* to, int rows, int words, int row_words, int plane,
-                                            const T* image, int height, int width, int c, int row0, int col0) {
-#pragma unroll 4
-  for (int i = threadIdx.x; i < rows * words; i += kMmaThreads) {
-    const int rr = i / words, wd = i - rr * words;
-    const int sy = row0 + rr, sx = col0 + 2 * wd;
-    const bool row_live = sy >= 0 && sy < height;
-    const T* base = image + (row_live ? static_cast<long long>(sy) * width * c : 0);
-    Vec<uint32_t, 4> lo{}, hi{};
-    if (row_live && sx >= 0 && sx < width)
-      lo = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx) * c));
-    if (row_live && sx + 1 >= 0 && sx + 1 < width)
-      hi = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx + 1) * c));
-    uint32_t* at = to + rr * row_words + wd;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      at[(2 * v) * plane] = (lo.v[v] & 0xFFFFu) | (hi.v[v] << 16);
-      at[(2 * v + 1) * plane] = (lo.v[v] >> 16) | (hi.v[v] & 0xFFFF0000u);
-    }
-  }
-}
-
 // Grid: (slices, channel groups of 8); kMmaThreads threads. partial[slice]
 // [tap * c + channel], fp32.
 template <typename T, int KS>
@@ -92,7 +65,7 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma_filter(MmaFilterGeom g, co
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gl = lane / 4, tl = lane % 4;
   const long long x_image = static_cast<long long>(g.h) * g.w * g.c, dy_image = static_cast<long long>(g.p) * g.q * g.c;
   // This lane's A pairs: dy copy (gl odd: the later one) and word offset.
-  const int copy = gl & 1, a_word = (2 * tl - gl + 8 + copy) / 2;
+  const int dy_copy = gl & 1, a_word = (2 * tl - gl + 8 + dy_copy) / 2;
 
   float acc[2][4] = {};
   const int first = blockIdx.x * g.per_slice, last = g.items - first < g.per_slice ? g.items : first + g.per_slice;
@@ -116,7 +89,7 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma_filter(MmaFilterGeom g, co
 #pragma unroll
         for (int cc = 0; cc < 2; ++cc) {
           const int ch = 2 * warp + cc;
-          const uint32_t* arow = dys + (2 * ch + copy) * dy_plane + m * g.dy_words + kt * (kMmaFilterCols / 2) + a_word;
+          const uint32_t* arow = dys + (2 * ch + dy_copy) * dy_plane + m * g.dy_words + kt * (kMmaFilterCols / 2) + a_word;
           const uint32_t a[4] = {arow[0], arow[g.dy_words], arow[4], arow[g.dy_words + 4]};
           const uint32_t* brow = xs + ch * x_plane + (m + gl) * g.x_words + kt * (kMmaFilterCols / 2) + tl;
           const uint32_t b[2] = {brow[0], brow[4]};

@@ -173,13 +173,7 @@ bool plane_geom(const DirectConvShape& s, bool backward, PlaneLaunch opt, PlaneG
   if (s.stride_h != SW || s.stride_w != SW || (backward && SW != 1)) return false;
   if (backward && (s.pad_h > KS - 1 || s.pad_w > KS - 1)) return false;
   if (s.c % kGlobalVec != 0 || ceil_div(s.c, kPlaneTile) > 65535) return false;
-  g.c = static_cast<int>(s.c);
-  g.src_h = static_cast<int>(backward ? s.p : s.h);
-  g.src_w = static_cast<int>(backward ? s.q : s.w);
-  g.dst_h = static_cast<int>(backward ? s.h : s.p);
-  g.dst_w = static_cast<int>(backward ? s.w : s.q);
-  g.pad_h = static_cast<int>(backward ? KS - 1 - s.pad_h : s.pad_h);
-  g.pad_w = static_cast<int>(backward ? KS - 1 - s.pad_w : s.pad_w);
+  set_correlation(g, s, backward, KS);
   g.strips = static_cast<int>(ceil_div(g.dst_w, STRIP));
   g.cols_s = (g.strips * STRIP - 1) * SW + KS;
   const size_t taps_bytes = size_t{KS * KS * kPlaneTile} * sizeof(float);
@@ -202,7 +196,6 @@ bool plane_geom(const DirectConvShape& s, bool backward, PlaneLaunch opt, PlaneG
     --g.images;
   if (ceil_div(s.n, g.images) * g.bands >= (int64_t{1} << 31)) return false;
   g.ws0 = s.weight_strides[0]; g.ws2 = s.weight_strides[2]; g.ws3 = s.weight_strides[3];
-  g.flip = backward;
   return true;
 }
 
