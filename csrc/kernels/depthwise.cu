@@ -108,9 +108,7 @@ bool mma_filter_choice(const DirectConvShape& s, int sm_count, const T* x, const
     MmaFilterGeom g;
     const int ks = mma_filter_geom_of(s, sm_count, g);
     if (ks == 0 || !mma_allowed({x, dy})) return false;
-    if (ks == 3) result = launch_mma_filter<T, 3>(s, g, x, dy, dweight, workspace, stream);
-    else if (ks == 5) result = launch_mma_filter<T, 5>(s, g, x, dy, dweight, workspace, stream);
-    else result = launch_mma_filter<T, 7>(s, g, x, dy, dweight, workspace, stream);
+    result = launch_mma_filter<T>(s, g, x, dy, dweight, workspace, stream);
     return true;
   }
 }
@@ -162,7 +160,7 @@ bool mma_choice(const DirectConvShape& s, bool backward, const T* src, const T* 
   {                                                             \
     MmaGeom g;                                                  \
     if (!mma_geom<KS>(s, backward, g)) return false;            \
-    result = launch_mma<T, KS>(g, src, weight, dst, stream);    \
+    result = launch_mma<T>(g, src, weight, dst, stream);        \
     return true;                                                \
   }
     switch (s.s) {

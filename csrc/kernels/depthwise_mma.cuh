@@ -55,6 +55,9 @@ constexpr int kMmaSpan = 16;
 // Column tiles a block covers at most: a warp keeps no per-tile state, this
 // only bounds the staged band.
 constexpr int kMmaMaxColTiles = 8;
+// The widest window the kernels take: a tile's 16 source columns hold its 8
+// destination columns' windows.
+constexpr int kMmaMaxWindow = 7;
 // Below the 48 KiB a launch gets without opting in.
 constexpr size_t kMmaShared = 46 * 1024;
 
@@ -66,6 +69,7 @@ struct MmaGeom {
   int rows_s;               // staged source rows per image: band + KS - 1
   int row_words;            // a staged row's stride in 32-bit words (two columns each)
   int out_pixels;           // staged destination pixels a row (col_tiles * 8 + 1)
+  int ks;                   // the window's width and height (3, 5 or 7)
   long long ws0, ws2, ws3;  // weight strides of channel, filter row, filter column
   bool flip;
 };
@@ -80,19 +84,18 @@ __device__ __forceinline__ uint32_t bits_of(T v) {
 }
 
 // B = T_r for channel ch: this lane's two registers (see mma_sync.cuh).
-template <int KS>
 __device__ __forceinline__ void toeplitz_fragment(const MmaGeom& g, const uint16_t* __restrict__ weight, int ch, int r,
                                                   int lane, uint32_t (&b)[2]) {
   const int col = lane / 4, k0 = 2 * (lane % 4);
-  const int fr = g.flip ? KS - 1 - r : r;
+  const int fr = g.flip ? g.ks - 1 - r : r;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     uint32_t pair = 0;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int s = k0 + 8 * h + e - col;
-      if (s >= 0 && s < KS) {
-        const int fs = g.flip ? KS - 1 - s : s;
+      if (s >= 0 && s < g.ks) {
+        const int fs = g.flip ? g.ks - 1 - s : s;
         pair |= static_cast<uint32_t>(weight[ch * g.ws0 + fr * g.ws2 + fs * g.ws3]) << (16 * e);
       }
     }
@@ -128,7 +131,10 @@ __device__ __forceinline__ void stage_pairs(uint32_t* to, int rows, int words, i
 }
 
 // Grid: (channel groups of 8, bands * chunks, image groups); kMmaThreads threads.
-template <typename T, int KS>
+// One kernel for every window up to kMmaMaxWindow: the taps' registers and
+// loops are unrolled for the largest and skip the rows past g.ks (uniform
+// branches), which keeps the wheel one kernel smaller per window.
+template <typename T>
 __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __restrict__ src,
                                                       const T* __restrict__ weight, T* __restrict__ dst) {
   extern __shared__ __align__(16) uint32_t mma_shared[];
@@ -152,11 +158,12 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __rest
   // This lane's taps: the warp's two channels, every filter row.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint16_t* taps = reinterpret_cast<const uint16_t*>(weight);
-  uint32_t b[2][KS][2];
+  uint32_t b[2][kMmaMaxWindow][2];
 #pragma unroll
   for (int cc = 0; cc < 2; ++cc)
 #pragma unroll
-    for (int r = 0; r < KS; ++r) toeplitz_fragment<KS>(g, taps, c0 + 2 * warp + cc, r, lane, b[cc][r]);
+    for (int r = 0; r < kMmaMaxWindow; ++r)
+      if (r < g.ks) toeplitz_fragment(g, taps, c0 + 2 * warp + cc, r, lane, b[cc][r]);
   // The staged rows of this lane's A rows (lane / 4 and lane / 4 + 8): image
   // and band row; rows past the band's images read row 0 (never stored).
   int row_at[2];
@@ -174,7 +181,8 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __rest
     for (int cc = 0; cc < 2; ++cc) {
       const uint32_t* plane = planes + (2 * warp + cc) * plane_words + ct * (kMmaColTile / 2) + lane % 4;
 #pragma unroll
-      for (int r = 0; r < KS; ++r) {
+      for (int r = 0; r < kMmaMaxWindow; ++r) {
+        if (r >= g.ks) break;
         const uint32_t* p0 = plane + row_at[0] + r * g.row_words;
         const uint32_t* p1 = plane + row_at[1] + r * g.row_words;
         const uint32_t a[4] = {p0[0], p1[0], p0[4], p1[4]};
@@ -217,7 +225,7 @@ inline size_t mma_shared_bytes(const MmaGeom& g) {
 // rows; column chunks likewise, of at most kMmaMaxColTiles tiles.
 template <int KS>
 bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
-  static_assert(KS - 1 <= kMmaSpan - kMmaColTile, "a tile's source columns hold its window");
+  static_assert(KS <= kMmaMaxWindow && kMmaMaxWindow - 1 <= kMmaSpan - kMmaColTile, "a tile's source columns hold its window");
   if (s.r != KS || s.s != KS || s.dilation_h != 1 || s.dilation_w != 1) return false;
   if (s.stride_h != 1 || s.stride_w != 1) return false;
   if (backward && (s.pad_h > KS - 1 || s.pad_w > KS - 1)) return false;
@@ -236,6 +244,7 @@ bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
   if (words % 8 == 0) words += 4;
   g.row_words = words;
   g.out_pixels = g.col_tiles * kMmaColTile + 1;
+  g.ks = KS;
   g.ws0 = s.weight_strides[0]; g.ws2 = s.weight_strides[2]; g.ws3 = s.weight_strides[3];
   if (int64_t{g.bands} * g.chunks > 65535 || ceil_div(g.n, g.images) > 65535) return false;
   return mma_shared_bytes(g) <= kMmaShared;
@@ -245,11 +254,11 @@ bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
 // forward, dy backward; src and dst 16-byte aligned, the GPU of compute
 // capability 8.0 or newer, the shared memory within kMmaShared: the caller
 // checks, the dispatch falls back to the other gathers where not).
-template <typename T, int KS>
+template <typename T>
 cudaError_t launch_mma(const MmaGeom& g, const T* src, const T* weight, T* dst, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.c / kMmaChannels), static_cast<unsigned>(g.bands * g.chunks),
                   static_cast<unsigned>(ceil_div(g.n, g.images)));
-  return launch_kernel(dw_mma<T, KS>, grid, dim3(kMmaThreads), mma_shared_bytes(g), stream, g, src, weight, dst);
+  return launch_kernel(dw_mma<T>, grid, dim3(kMmaThreads), mma_shared_bytes(g), stream, g, src, weight, dst);
 }
 
 }  // namespace

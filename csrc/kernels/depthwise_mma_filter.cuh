@@ -50,11 +50,13 @@ struct MmaFilterGeom {
   int rows_x;             // staged x rows: band + 6
   int x_words, dy_words;  // staged row strides, in 32-bit words
   int items, per_slice;   // (image, band, chunk) items, items a slice takes
+  int ks;                 // the window's width and height (3, 5 or 7)
 };
 
 // Grid: (slices, channel groups of 8); kMmaThreads threads. partial[slice]
-// [tap * c + channel], fp32.
-template <typename T, int KS>
+// [tap * c + channel], fp32. The window's size matters only to the final
+// write: one kernel serves every window.
+template <typename T>
 __global__ void __launch_bounds__(kMmaThreads) dw_mma_filter(MmaFilterGeom g, const T* __restrict__ x,
                                                              const T* __restrict__ dy, float* __restrict__ partial) {
   extern __shared__ __align__(16) uint32_t mma_filter_shared[];
@@ -115,9 +117,10 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma_filter(MmaFilterGeom g, co
     taps[cc * 64 + (2 * tl) * 8 + gl] += acc[cc][3];
   }
   __syncwarp();
-  float* out = partial + static_cast<long long>(blockIdx.x) * KS * KS * g.c + c0 + 2 * warp;
-  for (int i = lane; i < 2 * KS * KS; i += 32) {
-    const int cc = i / (KS * KS), tap = i - cc * KS * KS, r = tap / KS, s = tap - r * KS;
+  const int taps_n = g.ks * g.ks;
+  float* out = partial + static_cast<long long>(blockIdx.x) * taps_n * g.c + c0 + 2 * warp;
+  for (int i = lane; i < 2 * taps_n; i += 32) {
+    const int cc = i / taps_n, tap = i - cc * taps_n, r = tap / g.ks, s = tap - r * g.ks;
     out[static_cast<long long>(tap) * g.c + cc] = taps[cc * 64 + r * 8 + s];
   }
 }
@@ -164,6 +167,7 @@ bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
   const int64_t wanted = std::max<int64_t>(1, ceil_div(int64_t{std::max(sm_count, 1)} * kMmaFilterBlocksPerSm,
                                                        s.c / kMmaChannels));
   g.per_slice = static_cast<int>(ceil_div(items, std::min(items, wanted)));
+  g.ks = KS;
   return true;
 }
 
@@ -171,18 +175,18 @@ inline int64_t mma_filter_slices(const MmaFilterGeom& g) { return ceil_div(g.ite
 
 // Launches the tensor-core filter gradient and its finish (x, dy 16-byte
 // aligned and a GPU of compute capability 8.0 or newer: the caller checks);
-// `workspace` holds mma_filter_slices(g) * KS * KS * c floats.
-template <typename T, int KS>
+// `workspace` holds mma_filter_slices(g) * ks * ks * c floats.
+template <typename T>
 cudaError_t launch_mma_filter(const DirectConvShape& s, const MmaFilterGeom& g, const T* x, const T* dy, T* dweight,
                               void* workspace, cudaStream_t stream) {
   const int64_t slices = mma_filter_slices(g);
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(g.c / kMmaChannels));
   float* partial = static_cast<float*>(workspace);
-  const cudaError_t launched = launch_kernel(dw_mma_filter<T, KS>, grid, dim3(kMmaThreads), mma_filter_shared_bytes(g),
+  const cudaError_t launched = launch_kernel(dw_mma_filter<T>, grid, dim3(kMmaThreads), mma_filter_shared_bytes(g),
                                              stream, g, x, dy, partial);
   if (launched != cudaSuccess) return launched;
-  return launch_sum_slices(static_cast<const float*>(partial), slices, int64_t{KS} * KS * g.c,
-                           DwWeightStore<T>{dweight, g.c, KS, s.weight_strides[0], s.weight_strides[2],
+  return launch_sum_slices(static_cast<const float*>(partial), slices, int64_t{g.ks} * g.ks * g.c,
+                           DwWeightStore<T>{dweight, g.c, g.ks, s.weight_strides[0], s.weight_strides[2],
                                             s.weight_strides[3]},
                            stream);
 }
