@@ -67,23 +67,12 @@ int64_t filter_slices(const DirectConvShape& s, int sm_count) {
 #undef TCA_DW_SLICES
 }
 
-// The tensor-core filter gradient's geometry where it applies to the shape
-// (the pointers and the GPU aside); 0 taps where it does not.
-int mma_filter_geom_of(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
-  switch (s.s) {
-    case 3: return mma_filter_geom<3>(s, sm_count, g) ? 3 : 0;
-    case 5: return mma_filter_geom<5>(s, sm_count, g) ? 5 : 0;
-    case 7: return mma_filter_geom<7>(s, sm_count, g) ? 7 : 0;
-  }
-  return 0;
-}
-
 // Slices of partial sums either filter kernel may write: the workspace is sized
 // before the pointers, whose alignment decides between them.
 int64_t filter_slices(const DirectConvShape& s, DirectDType dtype, int sm_count) {
   if (dtype == DirectDType::kFloat) return filter_slices<4>(s, sm_count);
   MmaFilterGeom g;
-  const int64_t mma = mma_filter_geom_of(s, sm_count, g) ? mma_filter_slices(g) : 0;
+  const int64_t mma = mma_filter_geom(s, sm_count, g) ? mma_filter_slices(g) : 0;
   return std::max(filter_slices<2>(s, sm_count), mma);
 }
 
@@ -106,8 +95,7 @@ bool mma_filter_choice(const DirectConvShape& s, int sm_count, const T* x, const
     return false;
   } else {
     MmaFilterGeom g;
-    const int ks = mma_filter_geom_of(s, sm_count, g);
-    if (ks == 0 || !mma_allowed({x, dy})) return false;
+    if (!mma_filter_geom(s, sm_count, g) || !mma_allowed({x, dy})) return false;
     result = launch_mma_filter<T>(s, g, x, dy, dweight, workspace, stream);
     return true;
   }
@@ -155,21 +143,10 @@ bool mma_choice(const DirectConvShape& s, bool backward, const T* src, const T* 
   if constexpr (sizeof(T) != 2) {
     return false;
   } else {
-    if (!mma_allowed({src, dst})) return false;
-#define TCA_DW_MMA(KS)                                          \
-  {                                                             \
-    MmaGeom g;                                                  \
-    if (!mma_geom<KS>(s, backward, g)) return false;            \
-    result = launch_mma<T>(g, src, weight, dst, stream);        \
-    return true;                                                \
-  }
-    switch (s.s) {
-      case 3: TCA_DW_MMA(3)
-      case 5: TCA_DW_MMA(5)
-      case 7: TCA_DW_MMA(7)
-    }
-#undef TCA_DW_MMA
-    return false;
+    MmaGeom g;
+    if (!mma_geom(s, backward, g) || !mma_allowed({src, dst})) return false;
+    result = launch_mma<T>(g, src, weight, dst, stream);
+    return true;
   }
 }
 

@@ -1,5 +1,5 @@
 // The depthwise tensor-core gather (dw_mma): forward and backward data at
-// stride 1 and dilation 1, square compile-time windows (3, 5, 7), fp16 and
+// stride 1 and dilation 1, square windows (3, 5, 7), fp16 and
 // bf16, channels in whole 8-channel vectors. Included by depthwise_choices.cuh
 // (and so by depthwise.cu and the check program); anonymous namespace, like
 // depthwise_kernels.cuh.
@@ -218,33 +218,38 @@ inline size_t mma_shared_bytes(const MmaGeom& g) {
           static_cast<size_t>(kMmaRows) * g.out_pixels * (kMmaChannels / 2)) * sizeof(uint32_t);
 }
 
+// The windows both tensor-core kernels take: square, 3, 5 or 7 taps wide.
+inline bool mma_window(const DirectConvShape& s) {
+  static_assert(kMmaMaxWindow - 1 <= kMmaSpan - kMmaColTile, "a tile's source columns hold its window");
+  return s.r == s.s && (s.s == 3 || s.s == 5 || s.s == 7) && s.dilation_h == 1 && s.dilation_w == 1;
+}
+
 // The tensor-core gather's geometry for a shape, or false where it does not
-// apply: a square window of KS taps, stride and dilation 1 (the backward data
-// with pads below KS), channels in whole 8-channel vectors. Bands are
+// apply: a window mma_window takes, stride 1 (the backward data with pads
+// below the window), channels in whole 8-channel vectors. Bands are
 // balanced: the fewest of at most 16 rows, then as many images as fill 16 A
 // rows; column chunks likewise, of at most kMmaMaxColTiles tiles.
-template <int KS>
-bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
-  static_assert(KS <= kMmaMaxWindow && kMmaMaxWindow - 1 <= kMmaSpan - kMmaColTile, "a tile's source columns hold its window");
-  if (s.r != KS || s.s != KS || s.dilation_h != 1 || s.dilation_w != 1) return false;
+inline bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
+  if (!mma_window(s)) return false;
+  const int ks = static_cast<int>(s.s);
   if (s.stride_h != 1 || s.stride_w != 1) return false;
-  if (backward && (s.pad_h > KS - 1 || s.pad_w > KS - 1)) return false;
+  if (backward && (s.pad_h > ks - 1 || s.pad_w > ks - 1)) return false;
   if (s.c % kMmaChannels != 0) return false;
   g.n = static_cast<int>(s.n);
-  set_correlation(g, s, backward, KS);
+  set_correlation(g, s, backward, ks);
   const int tiles = static_cast<int>(ceil_div(g.dst_w, kMmaColTile));
   g.chunks = static_cast<int>(ceil_div(tiles, kMmaMaxColTiles));
   g.col_tiles = static_cast<int>(ceil_div(tiles, g.chunks));
   g.bands = static_cast<int>(ceil_div(g.dst_h, kMmaRows));
   g.band = static_cast<int>(ceil_div(g.dst_h, g.bands));
   g.images = std::max(1, std::min(kMmaRows / g.band, g.n));
-  g.rows_s = g.band + KS - 1;
+  g.rows_s = g.band + ks - 1;
   // A lane group's 8 A rows land on distinct banks when a row is 4 * odd words.
   int words = (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2;
   if (words % 8 == 0) words += 4;
   g.row_words = words;
   g.out_pixels = g.col_tiles * kMmaColTile + 1;
-  g.ks = KS;
+  g.ks = ks;
   g.ws0 = s.weight_strides[0]; g.ws2 = s.weight_strides[2]; g.ws3 = s.weight_strides[3];
   if (int64_t{g.bands} * g.chunks > 65535 || ceil_div(g.n, g.images) > 65535) return false;
   return mma_shared_bytes(g) <= kMmaShared;

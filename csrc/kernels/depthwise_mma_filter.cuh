@@ -1,5 +1,5 @@
 // The depthwise tensor-core filter gradient (dw_mma_filter): stride 1,
-// dilation 1, square compile-time windows (3, 5, 7), fp16 and bf16, channels
+// dilation 1, square windows (3, 5, 7), fp16 and bf16, channels
 // in whole 8-channel vectors. Included by depthwise_choices.cuh after the
 // gather it shares its staging conventions with (depthwise_mma.cuh).
 //
@@ -131,20 +131,19 @@ inline size_t mma_filter_shared_bytes(const MmaFilterGeom& g) {
 }
 
 // The tensor-core filter gradient's geometry, or false where it does not
-// apply: a square window of KS taps, stride and dilation 1, channels in whole
-// 8-channel vectors. The band is the tallest even one of at most
-// kMmaFilterMaxBand rows within kMmaShared; slices aim at
-// kMmaFilterBlocksPerSm blocks an SM.
-template <int KS>
-bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
-  static_assert(KS <= kMmaFilterTapRows && KS - 1 <= 8, "an mma holds the window's rows and columns");
-  if (s.r != KS || s.s != KS || s.dilation_h != 1 || s.dilation_w != 1) return false;
+// apply: a window mma_window takes, stride 1, channels in whole 8-channel
+// vectors. The band is the tallest even one of at most kMmaFilterMaxBand rows
+// within kMmaShared; slices aim at kMmaFilterBlocksPerSm blocks an SM.
+inline bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
+  static_assert(kMmaMaxWindow <= kMmaFilterTapRows, "an mma holds the window's rows");
+  if (!mma_window(s)) return false;
+  const int ks = static_cast<int>(s.s);
   if (s.stride_h != 1 || s.stride_w != 1 || s.c % kMmaChannels != 0 || s.c / kMmaChannels > 65535) return false;
   g.n = static_cast<int>(s.n); g.c = static_cast<int>(s.c);
   g.h = static_cast<int>(s.h); g.w = static_cast<int>(s.w);
   g.p = static_cast<int>(s.p); g.q = static_cast<int>(s.q);
   g.pad_h = static_cast<int>(s.pad_h); g.pad_w = static_cast<int>(s.pad_w);
-  const int total = static_cast<int>(ceil_div(g.q + KS - 1, kMmaFilterCols));
+  const int total = static_cast<int>(ceil_div(g.q + ks - 1, kMmaFilterCols));
   g.chunks = static_cast<int>(ceil_div(total, kMmaFilterMaxTiles));
   g.tiles = static_cast<int>(ceil_div(total, g.chunks));
   // x rows: 16 columns a tile, 4 * odd words a row (a lane group's 8 B rows on distinct banks).
@@ -167,7 +166,7 @@ bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
   const int64_t wanted = std::max<int64_t>(1, ceil_div(int64_t{std::max(sm_count, 1)} * kMmaFilterBlocksPerSm,
                                                        s.c / kMmaChannels));
   g.per_slice = static_cast<int>(ceil_div(items, std::min(items, wanted)));
-  g.ks = KS;
+  g.ks = ks;
   return true;
 }
 
