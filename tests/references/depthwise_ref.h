@@ -198,6 +198,10 @@ inline std::vector<Case> correctness_cases() {
       make("n3 16x7x7 7x7 s1 p3 (images)", 3, 16, 7, 7, 7, 7, 1, 1, 3, 3),
       make("n1 8x35x70 3x3 s1 p1 (bands, chunks)", 1, 8, 35, 70, 3, 3, 1, 1, 1, 1),
       make("n2 16x20x9 5x5 s1 p1", 2, 16, 20, 9, 5, 5, 1, 1, 1, 1),
+      // Stride 2: one image a block, then shorter bands, to fit the staging of
+      // both column parities; filter-gradient column chunks.
+      make("n2 8x16x128 3x3 s2 p1 (stride-2 bands)", 2, 8, 16, 128, 3, 3, 2, 2, 1, 1),
+      make("n1 16x17x70 5x5 s2 p2", 1, 16, 17, 70, 5, 5, 2, 2, 2, 2),
   };
 }
 
