@@ -228,15 +228,19 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __rest
         }
       }
     }
-    // D[m][2t + e] of both channels: one word (channel pair) a pixel.
+    // D[m][2t + e] of both channels: one word (channel pair) a pixel; only the
+    // rows of the block's bands are staged.
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < 2; ++h) {
+      const int m = lane / 4 + 8 * h;
+      if (m >= g.images * g.band) continue;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int m = lane / 4 + 8 * h, col = ct * kMmaColTile + 2 * (lane % 4) + e;
+        const int col = ct * kMmaColTile + 2 * (lane % 4) + e;
         staged[(m * g.out_pixels + col) * (kMmaChannels / 2) + warp] =
             bits_of(from_acc<T>(acc[0][2 * h + e])) | bits_of(from_acc<T>(acc[1][2 * h + e])) << 16;
       }
+    }
   }
   __syncthreads();
 
@@ -254,7 +258,7 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __rest
 // Shared memory of a block: the staged source planes, then the staged destination.
 inline size_t mma_shared_bytes(const MmaGeom& g) {
   return (static_cast<size_t>(kMmaChannels) * g.stride * g.images * g.rows_s * g.row_words +
-          static_cast<size_t>(kMmaRows) * g.out_pixels * (kMmaChannels / 2)) * sizeof(uint32_t);
+          static_cast<size_t>(g.images) * g.band * g.out_pixels * (kMmaChannels / 2)) * sizeof(uint32_t);
 }
 
 // The windows both tensor-core kernels take: square, 3, 5 or 7 taps wide (3
