@@ -20,8 +20,8 @@
 //   dw[r][2t + P] = sum over (y, q) of dy[y][q] * S_P[2y + r][q + t],
 // the same product with S_P for S, the dy row's shift t for s and B's rows
 // 2y + r: two mma.sync (P = 0, 1) for two dy rows' 16 columns, A's rows
-// t >= 3 unused, and the next dy row landing two filter rows lower (so the
-// window's rows stop at 5 = 8 - 2 - 1).
+// t >= 3 unused, and the next dy row landing two filter rows lower (so B's 8
+// rows hold windows of at most 6 rows: 3x3 and 5x5).
 //
 // A lane's A elements are two neighbouring dy columns starting at
 // j0 + 2t - s + 8 (staged with an 8-column lead), odd where s is: dy is staged
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma_filter(MmaFilterGeom g, co
     const int chunk = item % g.chunks, band = item / g.chunks % g.bands, n = item / (g.chunks * g.bands);
     const int y0 = band * g.band, x0 = chunk * g.tiles * kMmaFilterCols;
     __syncthreads();  // the previous item's reads are done
-    // Parity P's word wd: source columns 2 (x0 + 2 wd) + P - pad_w and 2 further (stride 2).
+    // Word wd of parity P: S columns stride * (x0 + 2 wd) + P and stride further.
 #pragma unroll
     for (int parity = 0; parity < kStride; ++parity)
       stage_pairs<T>(xs + parity * kMmaChannels * x_plane, g.rows_x, g.tiles * kMmaFilterCols / 2, g.x_words, x_plane,
