@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __rest
     const bool live = n0 + img < g.n;
 #pragma unroll
     for (int parity = 0; parity < kStride; ++parity)
-      stage_pairs<T>(planes + (parity * kMmaChannels * g.images + img) * g.rows_s * g.row_words, g.rows_s,
+      stage_pairs<T>(planes + parity * kMmaChannels * plane_words + img * g.rows_s * g.row_words, g.rows_s,
                      (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2, g.row_words, plane_words,
                      live ? src + (n0 + img) * src_image + c0 : src, live ? g.src_h : 0, g.src_w, g.c,
                      y0 * kStride - g.pad_h, x0 * kStride - g.pad_w + parity, kStride);
@@ -299,11 +299,9 @@ inline bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
   g.chunks = static_cast<int>(ceil_div(tiles, kMmaMaxColTiles));
   g.col_tiles = static_cast<int>(ceil_div(tiles, g.chunks));
   // A lane group's 8 A rows (staged rows `stride` apart) land on distinct
-  // banks when `stride` rows are 4 * odd words.
-  int words = (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2;
-  if (g.stride == 1 && words % 8 == 0) words += 4;
-  if (g.stride == 2 && words % 4 == 0) words += 2;
-  g.row_words = words;
+  // banks when `stride` rows are 4 * odd words (a row's words are a multiple of 4).
+  const int words = (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2;
+  g.row_words = (g.stride * words) % 8 == 0 ? words + 4 / g.stride : words;
   g.out_pixels = g.col_tiles * kMmaColTile + 1;
   set_mma_bands(g, kMmaRows, true);
   while (mma_shared_bytes(g) > kMmaShared) {
