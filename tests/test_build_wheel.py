@@ -67,7 +67,7 @@ def test_nothing_but_the_package_is_installed():
 def test_wheel_stays_under_its_bound():
     # docs/wheels.md: without our kernels the wheel is about 1.1 MB, under 1.2 MB (the stripped
     # extension deflates to about 0.9 MB); our kernels add about 1.1 MB per architecture or PTX
-    # (9.0 MB for the six architectures and PTX of a wheel). A wheel is a zip,
+    # (8.9 MB for the six architectures and PTX of a wheel). A wheel is a zip,
     # deflated: its size is about the deflated extension plus the deflated Python files and the
     # README (its METADATA). Estimated the same way here, from what is installed, without building one.
     package = Path(torch_cudnn_algo.__file__).parent

@@ -29,12 +29,12 @@
 // on the choices that decide their speed (strip width, rows per thread, taps in
 // registers or shared memory, tap staging, block shape, vector width, slices);
 // depthwise_choices.cuh holds the configuration in use per direction and
-// filter width, and this file dispatches to it. In fp16 and bf16 (3x3, 5x5,
-// 7x7 at stride 1, 3x3 and 5x5 at stride 2, channels in 8s, on compute
-// capability 8.0 or newer) they run on tensor cores instead, but for the
-// stride-2 backward data (depthwise_mma.cuh, depthwise_mma_filter.cuh: each
-// image row a product with a banded matrix);
-// other small planes at stride 1 run the plane gather (depthwise_plane.cuh:
+// filter width, and this file dispatches to it. At stride 1 in fp16 and bf16
+// (channels in 8s, compute capability 8.0 or newer), the large 7x7 planes in
+// all three directions and the large 5x5 planes' filter gradient run on tensor
+// cores instead, where they are faster (depthwise_mma.cuh,
+// depthwise_mma_filter.cuh: each image row a product with a banded matrix;
+// mma_gather_faster, mma_filter_faster); other small planes at stride 1 run the plane gather (depthwise_plane.cuh:
 // the source band staged in shared memory), where the sweep found it faster
 // than the strip gather. The check program's sweep
 // (devtools/kernels/run sweep, devtools/kernels/depthwise_sweep.cuh) times

@@ -1,6 +1,7 @@
-// The depthwise tensor-core gather (dw_mma): forward at stride 1 or 2 and
-// backward data at stride 1, dilation 1, square windows (3, 5, 7; 3, 5 at
-// stride 2), fp16 and bf16, channels in whole 8-channel vectors. Included by depthwise_choices.cuh
+// The depthwise tensor-core gather (dw_mma): forward and backward data at
+// stride 1 and dilation 1, square windows (3, 5, 7; the dispatch runs it on
+// 7x7 only, where it is faster: mma_gather_faster), fp16 and bf16, channels
+// in whole 8-channel vectors. Included by depthwise_choices.cuh
 // (and so by depthwise.cu and the check program); anonymous namespace, like
 // depthwise_kernels.cuh.
 //
@@ -17,13 +18,6 @@
 // depends on the channel and filter row only and so stays in registers. 7 of a
 // column's 16 products are taps at 7x7 (3 at 3x3); the tensor cores have that
 // to spare, and an mma replaces 896 FMAs at 7x7.
-//
-// At stride 2 the source's even and odd columns are staged apart (parities
-// P = 0, 1: column k of parity P is source column 2k + P), and
-//   dst[y][x0 + q] = sum over r, P of  sum over k < 16 of
-//                      S[2y + r][2(x0 + k) + P] * T_rP[k][q],
-//   T_rP[k][q] = taps[r][2(k - q) + P] where 0 <= 2(k - q) + P < KS, else 0,
-// two mma.sync a filter row; A's rows are every other staged source row.
 //
 // A block stages, for 8 channels (one 16-byte vector a pixel), the zero-padded
 // source rows of a band of destination rows (of `images` images) and of a
@@ -65,20 +59,6 @@ constexpr int kMmaMaxColTiles = 8;
 // The widest window the kernels take: a tile's 16 source columns hold its 8
 // destination columns' windows.
 constexpr int kMmaMaxWindow = 7;
-// At stride 2, where a filter row takes two B fragments (and the filter
-// gradient's next dy row lands two filter rows lower, see
-// depthwise_mma_filter.cuh): the zoo's strided depthwise windows.
-constexpr int kMmaMaxStridedWindow = 5;
-// Bands shrink to no fewer destination rows than this where the staging does
-// not fit kMmaShared (stride 2 only: stride 1 always fits, and at stride 2 a
-// band of 4 rows fits 8 column tiles of a 5x5 window).
-constexpr int kMmaMinBand = 4;
-
-// The widest window a kernel of stride kStride unrolls for.
-template <int kStride>
-constexpr int mma_max_window() {
-  return kStride == 1 ? kMmaMaxWindow : kMmaMaxStridedWindow;
-}
 // Below the 48 KiB a launch gets without opting in.
 constexpr size_t kMmaShared = 46 * 1024;
 
@@ -87,11 +67,10 @@ struct MmaGeom {
   int pad_h, pad_w;         // of the correlation
   int band, bands, images;  // destination rows of an image a block covers, bands per image, images a block
   int col_tiles, chunks;    // column tiles a block covers, column chunks per row
-  int rows_s;               // staged source rows per image: (band - 1) * stride + KS
+  int rows_s;               // staged source rows per image: band + KS - 1
   int row_words;            // a staged row's stride in 32-bit words (two columns each)
   int out_pixels;           // staged destination pixels a row (col_tiles * 8 + 1)
   int ks;                   // the window's width and height (3, 5 or 7)
-  int stride;               // 1, or 2 (forward only): the source's column parities staged apart
   long long ws0, ws2, ws3;  // weight strides of channel, filter row, filter column
   bool flip;
 };
@@ -105,11 +84,9 @@ __device__ __forceinline__ uint32_t bits_of(T v) {
   return u;
 }
 
-// B = T_r (stride 1) or T_rP (stride 2, parity P) for channel ch: this lane's
-// two registers (see mma_sync.cuh).
-template <int kStride>
+// B = T_r for channel ch: this lane's two registers (see mma_sync.cuh).
 __device__ __forceinline__ void toeplitz_fragment(const MmaGeom& g, const uint16_t* __restrict__ weight, int ch, int r,
-                                                  int parity, int lane, uint32_t (&b)[2]) {
+                                                  int lane, uint32_t (&b)[2]) {
   const int col = lane / 4, k0 = 2 * (lane % 4);
   const int fr = g.flip ? g.ks - 1 - r : r;
 #pragma unroll
@@ -117,8 +94,8 @@ __device__ __forceinline__ void toeplitz_fragment(const MmaGeom& g, const uint16
     uint32_t pair = 0;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int d = k0 + 8 * h + e - col, s = kStride * d + parity;
-      if (d >= 0 && s < g.ks) {
+      const int s = k0 + 8 * h + e - col;
+      if (s >= 0 && s < g.ks) {
         const int fs = g.flip ? g.ks - 1 - s : s;
         pair |= static_cast<uint32_t>(weight[ch * g.ws0 + fr * g.ws2 + fs * g.ws3]) << (16 * e);
       }
@@ -128,25 +105,23 @@ __device__ __forceinline__ void toeplitz_fragment(const MmaGeom& g, const uint16
 }
 
 // Stages `words` words of each of `rows` rows as column pairs of 8 channels:
-// word wd of row rr holds source columns col0 + step * 2 wd and the one `step`
-// after it, of source row row0 + rr (zeros outside the image), each channel in
-// its plane (plane stride `plane`, row stride `row_words`). step 2 stages one
-// parity of the columns.
+// word wd of row rr holds source columns col0 + 2 wd and col0 + 2 wd + 1 of
+// source row row0 + rr (zeros outside the image), each channel in its plane
+// (plane stride `plane`, row stride `row_words`).
 template <typename T>
 __device__ __forceinline__ void stage_pairs(uint32_t* to, int rows, int words, int row_words, int plane,
-                                            const T* image, int height, int width, int c, int row0, int col0,
-                                            int step) {
+                                            const T* image, int height, int width, int c, int row0, int col0) {
 #pragma unroll 4
   for (int i = threadIdx.x; i < rows * words; i += kMmaThreads) {
     const int rr = i / words, wd = i - rr * words;
-    const int sy = row0 + rr, sx = col0 + 2 * step * wd, sx1 = sx + step;
+    const int sy = row0 + rr, sx = col0 + 2 * wd;
     const bool row_live = sy >= 0 && sy < height;
     const T* base = image + (row_live ? static_cast<long long>(sy) * width * c : 0);
     Vec<uint32_t, 4> lo{}, hi{};
     if (row_live && sx >= 0 && sx < width)
       lo = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx) * c));
-    if (row_live && sx1 >= 0 && sx1 < width)
-      hi = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx1) * c));
+    if (row_live && sx + 1 >= 0 && sx + 1 < width)
+      hi = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(base + static_cast<long long>(sx + 1) * c));
     uint32_t* at = to + rr * row_words + wd;
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
@@ -157,55 +132,46 @@ __device__ __forceinline__ void stage_pairs(uint32_t* to, int rows, int words, i
 }
 
 // Grid: (channel groups of 8, bands * chunks, image groups); kMmaThreads threads.
-// One kernel a stride for every window up to mma_max_window: the taps'
-// registers and loops are unrolled for the largest and skip the rows past
-// g.ks (uniform branches), which keeps the wheel one kernel smaller per window.
-template <typename T, int kStride>
+// One kernel for every window up to kMmaMaxWindow: the taps' registers and
+// loops are unrolled for the largest and skip the rows past g.ks (uniform
+// branches), which keeps the wheel one kernel smaller per window.
+template <typename T>
 __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __restrict__ src,
                                                       const T* __restrict__ weight, T* __restrict__ dst) {
-  static_assert(kStride == 1 || kStride == 2, "dw_mma: stride 1 or 2");
-  constexpr int kWindow = mma_max_window<kStride>();
   extern __shared__ __align__(16) uint32_t mma_shared[];
   const int rows_staged = g.images * g.rows_s, plane_words = rows_staged * g.row_words;
-  // [parity][channel][staged row][column pair], then [row][pixel][channel pair].
-  uint32_t* planes = mma_shared;
-  uint32_t* staged = mma_shared + kStride * kMmaChannels * plane_words;
+  uint32_t* planes = mma_shared;                                // [channel][staged row][column pair]
+  uint32_t* staged = mma_shared + kMmaChannels * plane_words;   // [row][pixel][channel pair]
   const int c0 = blockIdx.x * kMmaChannels;
   const int band = blockIdx.y % g.bands, chunk = blockIdx.y / g.bands;
   const int y0 = band * g.band, x0 = chunk * g.col_tiles * kMmaColTile;
   const int n0 = blockIdx.z * g.images;
   const long long src_image = static_cast<long long>(g.src_h) * g.src_w * g.c;
 
-  // Stage column pairs, image by image and parity by parity (zeros for images
-  // past the batch).
+  // Stage column pairs, image by image (zeros for images past the batch).
   for (int img = 0; img < g.images; ++img) {
     const bool live = n0 + img < g.n;
-#pragma unroll
-    for (int parity = 0; parity < kStride; ++parity)
-      stage_pairs<T>(planes + parity * kMmaChannels * plane_words + img * g.rows_s * g.row_words, g.rows_s,
-                     (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2, g.row_words, plane_words,
-                     live ? src + (n0 + img) * src_image + c0 : src, live ? g.src_h : 0, g.src_w, g.c,
-                     y0 * kStride - g.pad_h, x0 * kStride - g.pad_w + parity, kStride);
+    stage_pairs<T>(planes + img * g.rows_s * g.row_words, g.rows_s, (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2,
+                   g.row_words, plane_words, live ? src + (n0 + img) * src_image + c0 : src, live ? g.src_h : 0,
+                   g.src_w, g.c, y0 - g.pad_h, x0 - g.pad_w);
   }
 
-  // This lane's taps: the warp's two channels, every filter row and parity.
+  // This lane's taps: the warp's two channels, every filter row.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint16_t* taps = reinterpret_cast<const uint16_t*>(weight);
-  uint32_t b[2][kWindow][kStride][2];
+  uint32_t b[2][kMmaMaxWindow][2];
 #pragma unroll
   for (int cc = 0; cc < 2; ++cc)
 #pragma unroll
-    for (int r = 0; r < kWindow; ++r)
-#pragma unroll
-      for (int parity = 0; parity < kStride; ++parity)
-        if (r < g.ks) toeplitz_fragment<kStride>(g, taps, c0 + 2 * warp + cc, r, parity, lane, b[cc][r][parity]);
+    for (int r = 0; r < kMmaMaxWindow; ++r)
+      if (r < g.ks) toeplitz_fragment(g, taps, c0 + 2 * warp + cc, r, lane, b[cc][r]);
   // The staged rows of this lane's A rows (lane / 4 and lane / 4 + 8): image
   // and band row; rows past the band's images read row 0 (never stored).
   int row_at[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int m = lane / 4 + 8 * h, img = m / g.band;
-    row_at[h] = img < g.images ? (img * g.rows_s + (m - img * g.band) * kStride) * g.row_words : 0;
+    row_at[h] = img < g.images ? (img * g.rows_s + m - img * g.band) * g.row_words : 0;
   }
   __syncthreads();
 
@@ -214,33 +180,25 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __rest
     float acc[2][4] = {};
 #pragma unroll
     for (int cc = 0; cc < 2; ++cc) {
+      const uint32_t* plane = planes + (2 * warp + cc) * plane_words + ct * (kMmaColTile / 2) + lane % 4;
 #pragma unroll
-      for (int parity = 0; parity < kStride; ++parity) {
-        const uint32_t* plane =
-            planes + (parity * kMmaChannels + 2 * warp + cc) * plane_words + ct * (kMmaColTile / 2) + lane % 4;
-#pragma unroll
-        for (int r = 0; r < kWindow; ++r) {
-          if (r >= g.ks) break;
-          const uint32_t* p0 = plane + row_at[0] + r * g.row_words;
-          const uint32_t* p1 = plane + row_at[1] + r * g.row_words;
-          const uint32_t a[4] = {p0[0], p1[0], p0[4], p1[4]};
-          mma_16816<T>(acc[cc], a, b[cc][r][parity]);
-        }
+      for (int r = 0; r < kMmaMaxWindow; ++r) {
+        if (r >= g.ks) break;
+        const uint32_t* p0 = plane + row_at[0] + r * g.row_words;
+        const uint32_t* p1 = plane + row_at[1] + r * g.row_words;
+        const uint32_t a[4] = {p0[0], p1[0], p0[4], p1[4]};
+        mma_16816<T>(acc[cc], a, b[cc][r]);
       }
     }
-    // D[m][2t + e] of both channels: one word (channel pair) a pixel; only the
-    // rows of the block's bands are staged.
+    // D[m][2t + e] of both channels: one word (channel pair) a pixel.
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = lane / 4 + 8 * h;
-      if (m >= g.images * g.band) continue;
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int col = ct * kMmaColTile + 2 * (lane % 4) + e;
+        const int m = lane / 4 + 8 * h, col = ct * kMmaColTile + 2 * (lane % 4) + e;
         staged[(m * g.out_pixels + col) * (kMmaChannels / 2) + warp] =
             bits_of(from_acc<T>(acc[0][2 * h + e])) | bits_of(from_acc<T>(acc[1][2 * h + e])) << 16;
       }
-    }
   }
   __syncthreads();
 
@@ -257,59 +215,57 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma(MmaGeom g, const T* __rest
 
 // Shared memory of a block: the staged source planes, then the staged destination.
 inline size_t mma_shared_bytes(const MmaGeom& g) {
-  return (static_cast<size_t>(kMmaChannels) * g.stride * g.images * g.rows_s * g.row_words +
-          static_cast<size_t>(g.images) * g.band * g.out_pixels * (kMmaChannels / 2)) * sizeof(uint32_t);
+  return (static_cast<size_t>(kMmaChannels) * g.images * g.rows_s * g.row_words +
+          static_cast<size_t>(kMmaRows) * g.out_pixels * (kMmaChannels / 2)) * sizeof(uint32_t);
 }
 
-// The windows both tensor-core kernels take: square, 3, 5 or 7 taps wide (3
-// or 5 at stride 2), stride 1 or 2 in both directions, dilation 1.
+// The windows both tensor-core kernels can run: square, 3, 5 or 7 taps wide.
 inline bool mma_window(const DirectConvShape& s) {
   static_assert(kMmaMaxWindow - 1 <= kMmaSpan - kMmaColTile, "a tile's source columns hold its window");
-  if (s.r != s.s || s.dilation_h != 1 || s.dilation_w != 1 || s.stride_h != s.stride_w) return false;
-  if (s.stride_w == 1) return s.s == 3 || s.s == 5 || s.s == 7;
-  return s.stride_w == 2 && (s.s == 3 || s.s == 5);
+  return s.r == s.s && (s.s == 3 || s.s == 5 || s.s == 7) && s.dilation_h == 1 && s.dilation_w == 1;
 }
 
-// Sets the bands (the fewest of at most `band_max` rows; where `pack`, as
-// many images a block as fill 16 A rows) and the staged rows they take.
-inline void set_mma_bands(MmaGeom& g, int band_max, bool pack) {
-  g.bands = static_cast<int>(ceil_div(g.dst_h, band_max));
-  g.band = static_cast<int>(ceil_div(g.dst_h, g.bands));
-  g.images = pack ? std::max(1, std::min(kMmaRows / g.band, g.n)) : 1;
-  g.rows_s = (g.band - 1) * g.stride + g.ks;
-}
+// Where the tensor-core kernels run: only where they beat the CUDA-core ones,
+// timed on an H200 on the zoo's depthwise layers, fp16 and bf16 alike
+// (benchmarks/results/kernels-h200-2026-12-07-depthwise-mma.md). The gather
+// on 7x7 windows with 28 or more output columns (1.09-1.38x at 56 and 28;
+// 0.94-1.00x at 14, 0.77x at 7; 3x3 and 5x5 0.49-1.05x, where staging the
+// source costs more than the few taps save); the filter gradient on 7x7 from
+// 14 columns and 5x5 from 28 (0.97-1.32x; 0.29-0.99x below and on 3x3).
+inline bool mma_gather_faster(int ks, int64_t cols) { return ks == 7 && cols >= 28; }
+inline bool mma_filter_faster(int ks, int64_t cols) { return (ks == 7 && cols >= 14) || (ks == 5 && cols >= 28); }
 
 // The tensor-core gather's geometry for a shape, or false where it does not
-// apply: a window mma_window takes, forward at stride 1 or 2, backward data
-// at stride 1 (with pads below the window), channels in whole 8-channel
-// vectors. Bands are balanced (the fewest of at most 16 rows, then as many
-// images as fill 16 A rows), column chunks likewise (of at most
-// kMmaMaxColTiles tiles). Where the staging does not fit kMmaShared (stride
-// 2), a block takes one image, then shorter bands.
+// apply or is not faster: a window mma_window takes where mma_gather_faster
+// says so, stride 1 (the backward data with pads below the window), channels
+// in whole 8-channel vectors. Bands are
+// balanced: the fewest of at most 16 rows, then as many images as fill 16 A
+// rows; column chunks likewise, of at most kMmaMaxColTiles tiles.
 inline bool mma_geom(const DirectConvShape& s, bool backward, MmaGeom& g) {
   if (!mma_window(s)) return false;
   const int ks = static_cast<int>(s.s);
-  g.stride = static_cast<int>(s.stride_w);
-  if (backward && (g.stride != 1 || s.pad_h > ks - 1 || s.pad_w > ks - 1)) return false;
+  if (s.stride_h != 1 || s.stride_w != 1) return false;
+  if (backward && (s.pad_h > ks - 1 || s.pad_w > ks - 1)) return false;
   if (s.c % kMmaChannels != 0) return false;
   g.n = static_cast<int>(s.n);
-  g.ks = ks;
   set_correlation(g, s, backward, ks);
+  if (!mma_gather_faster(ks, g.dst_w)) return false;
   const int tiles = static_cast<int>(ceil_div(g.dst_w, kMmaColTile));
   g.chunks = static_cast<int>(ceil_div(tiles, kMmaMaxColTiles));
   g.col_tiles = static_cast<int>(ceil_div(tiles, g.chunks));
-  // A lane group's 8 A rows (staged rows `stride` apart) land on distinct
-  // banks when `stride` rows are 4 * odd words (a row's words are a multiple of 4).
-  const int words = (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2;
-  g.row_words = (g.stride * words) % 8 == 0 ? words + 4 / g.stride : words;
+  g.bands = static_cast<int>(ceil_div(g.dst_h, kMmaRows));
+  g.band = static_cast<int>(ceil_div(g.dst_h, g.bands));
+  g.images = std::max(1, std::min(kMmaRows / g.band, g.n));
+  g.rows_s = g.band + ks - 1;
+  // A lane group's 8 A rows land on distinct banks when a row is 4 * odd words.
+  int words = (g.col_tiles * kMmaColTile + kMmaSpan - kMmaColTile) / 2;
+  if (words % 8 == 0) words += 4;
+  g.row_words = words;
   g.out_pixels = g.col_tiles * kMmaColTile + 1;
-  set_mma_bands(g, kMmaRows, true);
-  while (mma_shared_bytes(g) > kMmaShared) {
-    if (g.images == 1 && g.band <= kMmaMinBand) return false;
-    set_mma_bands(g, g.images > 1 ? g.band : g.band - 1, false);
-  }
+  g.ks = ks;
   g.ws0 = s.weight_strides[0]; g.ws2 = s.weight_strides[2]; g.ws3 = s.weight_strides[3];
-  return int64_t{g.bands} * g.chunks <= 65535 && ceil_div(g.n, g.images) <= 65535;
+  if (int64_t{g.bands} * g.chunks > 65535 || ceil_div(g.n, g.images) > 65535) return false;
+  return mma_shared_bytes(g) <= kMmaShared;
 }
 
 // Launches the tensor-core gather with the geometry mma_geom made (src: x
@@ -320,8 +276,7 @@ template <typename T>
 cudaError_t launch_mma(const MmaGeom& g, const T* src, const T* weight, T* dst, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(g.c / kMmaChannels), static_cast<unsigned>(g.bands * g.chunks),
                   static_cast<unsigned>(ceil_div(g.n, g.images)));
-  const auto kernel = g.stride == 1 ? dw_mma<T, 1> : dw_mma<T, 2>;
-  return launch_kernel(kernel, grid, dim3(kMmaThreads), mma_shared_bytes(g), stream, g, src, weight, dst);
+  return launch_kernel(dw_mma<T>, grid, dim3(kMmaThreads), mma_shared_bytes(g), stream, g, src, weight, dst);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// The depthwise tensor-core filter gradient (dw_mma_filter): stride 1 or 2,
-// dilation 1, square windows (3, 5, 7; 3, 5 at stride 2), fp16 and bf16,
-// channels in whole 8-channel vectors. Included by depthwise_choices.cuh after the
+// The depthwise tensor-core filter gradient (dw_mma_filter): stride 1,
+// dilation 1, square windows (3, 5, 7; the dispatch runs it on 5x5 and 7x7
+// only, where it is faster: mma_filter_faster), fp16 and bf16, channels in
+// whole 8-channel vectors. Included by depthwise_choices.cuh after the
 // gather it shares its staging conventions with (depthwise_mma.cuh).
 //
 // For one channel, with S the source x zero-padded by (pad_h, pad_w),
@@ -14,14 +15,6 @@
 // two dy rows' 16 columns to every tap of a window up to 7x7 (8x8 products, 49
 // of them taps). Source columns are taken by 16 in turn, so every (dy column,
 // tap) pair is added once.
-//
-// At stride 2, with S_P the source's columns of parity P (S_P[i][j] =
-// S[i][2j + P]) and taps s = 2t + P,
-//   dw[r][2t + P] = sum over (y, q) of dy[y][q] * S_P[2y + r][q + t],
-// the same product with S_P for S, the dy row's shift t for s and B's rows
-// 2y + r: two mma.sync (P = 0, 1) for two dy rows' 16 columns, A's rows
-// t >= 3 unused, and the next dy row landing two filter rows lower (so B's 8
-// rows hold windows of at most 6 rows: 3x3 and 5x5).
 //
 // A lane's A elements are two neighbouring dy columns starting at
 // j0 + 2t - s + 8 (staged with an 8-column lead), odd where s is: dy is staged
@@ -55,48 +48,41 @@ struct MmaFilterGeom {
   int pad_h, pad_w;
   int band, bands;        // dy rows an item covers (even), bands per image
   int tiles, chunks;      // 16-column tiles an item covers, column chunks per row
-  int rows_x;             // staged x rows: (band - 2) * stride + 8
+  int rows_x;             // staged x rows: band + 6
   int x_words, dy_words;  // staged row strides, in 32-bit words
   int items, per_slice;   // (image, band, chunk) items, items a slice takes
   int ks;                 // the window's width and height (3, 5 or 7)
-  int stride;             // 1 or 2: the source's column parities staged apart
 };
 
 // Grid: (slices, channel groups of 8); kMmaThreads threads. partial[slice]
 // [tap * c + channel], fp32. The window's size matters only to the final
-// write: one kernel a stride serves every window.
-template <typename T, int kStride>
+// write: one kernel serves every window.
+template <typename T>
 __global__ void __launch_bounds__(kMmaThreads) dw_mma_filter(MmaFilterGeom g, const T* __restrict__ x,
                                                              const T* __restrict__ dy, float* __restrict__ partial) {
-  static_assert(kStride == 1 || kStride == 2, "dw_mma_filter: stride 1 or 2");
-  static_assert(kMmaFilterTapRows - kStride >= mma_max_window<kStride>(), "the next dy row's taps stay in B's rows");
   extern __shared__ __align__(16) uint32_t mma_filter_shared[];
   const int x_plane = g.rows_x * g.x_words, dy_plane = g.band * g.dy_words;
-  uint32_t* xs = mma_filter_shared;                                      // [parity][channel][x row][column pair]
-  uint32_t* dys = mma_filter_shared + kStride * kMmaChannels * x_plane;  // [channel][copy][dy row][column pair]
+  uint32_t* xs = mma_filter_shared;                           // [channel][x row][column pair]
+  uint32_t* dys = mma_filter_shared + kMmaChannels * x_plane;  // [channel][copy][dy row][column pair]
   const int c0 = blockIdx.y * kMmaChannels;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gl = lane / 4, tl = lane % 4;
   const long long x_image = static_cast<long long>(g.h) * g.w * g.c, dy_image = static_cast<long long>(g.p) * g.q * g.c;
   // This lane's A pairs: dy copy (gl odd: the later one) and word offset.
   const int dy_copy = gl & 1, a_word = (2 * tl - gl + 8 + dy_copy) / 2;
 
-  float acc[kStride][2][4] = {};
+  float acc[2][4] = {};
   const int first = blockIdx.x * g.per_slice, last = g.items - first < g.per_slice ? g.items : first + g.per_slice;
 #pragma unroll 1
   for (int item = first; item < last; ++item) {
     const int chunk = item % g.chunks, band = item / g.chunks % g.bands, n = item / (g.chunks * g.bands);
     const int y0 = band * g.band, x0 = chunk * g.tiles * kMmaFilterCols;
     __syncthreads();  // the previous item's reads are done
-    // Word wd of parity P: S columns stride * (x0 + 2 wd) + P and stride further.
-#pragma unroll
-    for (int parity = 0; parity < kStride; ++parity)
-      stage_pairs<T>(xs + parity * kMmaChannels * x_plane, g.rows_x, g.tiles * kMmaFilterCols / 2, g.x_words, x_plane,
-                     x + n * x_image + c0, g.h, g.w, g.c, y0 * kStride - g.pad_h, x0 * kStride - g.pad_w + parity,
-                     kStride);
+    stage_pairs<T>(xs, g.rows_x, g.tiles * kMmaFilterCols / 2, g.x_words, x_plane, x + n * x_image + c0, g.h, g.w,
+                   g.c, y0 - g.pad_h, x0 - g.pad_w);
     // Copy k's word wd: dy columns x0 - 8 - k + 2 wd and the next.
     for (int k = 0; k < 2; ++k)
       stage_pairs<T>(dys + k * dy_plane, g.band, g.dy_words, g.dy_words, 2 * dy_plane, dy + n * dy_image + c0, g.p,
-                     g.q, g.c, y0, x0 - 8 - k, 1);
+                     g.q, g.c, y0, x0 - 8 - k);
     __syncthreads();
 #pragma unroll 1
     for (int m = 0; m < g.band; m += 2) {
@@ -108,43 +94,28 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma_filter(MmaFilterGeom g, co
           const int ch = 2 * warp + cc;
           const uint32_t* arow = dys + (2 * ch + dy_copy) * dy_plane + m * g.dy_words + kt * (kMmaFilterCols / 2) + a_word;
           const uint32_t a[4] = {arow[0], arow[g.dy_words], arow[4], arow[g.dy_words + 4]};
-#pragma unroll
-          for (int parity = 0; parity < kStride; ++parity) {
-            const uint32_t* brow = xs + (parity * kMmaChannels + ch) * x_plane + (m * kStride + gl) * g.x_words +
-                                   kt * (kMmaFilterCols / 2) + tl;
-            const uint32_t b[2] = {brow[0], brow[4]};
-            mma_16816<T>(acc[parity][cc], a, b);
-          }
+          const uint32_t* brow = xs + ch * x_plane + (m + gl) * g.x_words + kt * (kMmaFilterCols / 2) + tl;
+          const uint32_t b[2] = {brow[0], brow[4]};
+          mma_16816<T>(acc[cc], a, b);
         }
       }
     }
   }
 
-  // dw[r][stride * t + P] = D_P[t][r] of the lower half plus D_P[t + 8][r +
-  // stride] of the upper, added in that order in shared memory ([warp]
-  // [channel][r][s], 8x8 each); rows t of D_P past the 8 taps are unused.
+  // dw[r][s] = D[s][r] of the lower half plus D[s + 8][r + 1] of the upper,
+  // added in that order in shared memory ([warp][channel][r][s], 8x8 each).
   __syncthreads();
   float* taps = reinterpret_cast<float*>(mma_filter_shared) + warp * 2 * 64;
 #pragma unroll
-  for (int parity = 0; parity < kStride; ++parity) {
-    const int s = kStride * gl + parity;
-    if (s >= 8) continue;
-#pragma unroll
-    for (int cc = 0; cc < 2; ++cc) {
-      taps[cc * 64 + (2 * tl) * 8 + s] = acc[parity][cc][0];
-      taps[cc * 64 + (2 * tl + 1) * 8 + s] = acc[parity][cc][1];
-    }
+  for (int cc = 0; cc < 2; ++cc) {
+    taps[cc * 64 + (2 * tl) * 8 + gl] = acc[cc][0];
+    taps[cc * 64 + (2 * tl + 1) * 8 + gl] = acc[cc][1];
   }
   __syncwarp();
 #pragma unroll
-  for (int parity = 0; parity < kStride; ++parity) {
-    const int s = kStride * gl + parity;
-    if (s >= 8) continue;
-#pragma unroll
-    for (int cc = 0; cc < 2; ++cc) {
-      if (2 * tl - kStride >= 0) taps[cc * 64 + (2 * tl - kStride) * 8 + s] += acc[parity][cc][2];
-      if (2 * tl + 1 - kStride >= 0) taps[cc * 64 + (2 * tl + 1 - kStride) * 8 + s] += acc[parity][cc][3];
-    }
+  for (int cc = 0; cc < 2; ++cc) {
+    if (tl > 0) taps[cc * 64 + (2 * tl - 1) * 8 + gl] += acc[cc][2];
+    taps[cc * 64 + (2 * tl) * 8 + gl] += acc[cc][3];
   }
   __syncwarp();
   const int taps_n = g.ks * g.ks;
@@ -156,28 +127,24 @@ __global__ void __launch_bounds__(kMmaThreads) dw_mma_filter(MmaFilterGeom g, co
 }
 
 inline size_t mma_filter_shared_bytes(const MmaFilterGeom& g) {
-  return (static_cast<size_t>(g.stride) * g.rows_x * g.x_words + size_t{2} * g.band * g.dy_words) * kMmaChannels *
+  return (static_cast<size_t>(g.rows_x) * g.x_words + size_t{2} * g.band * g.dy_words) * kMmaChannels *
          sizeof(uint32_t);
 }
 
-// x rows a band of dy rows stages: B's 8 rows from its last pair's first row.
-inline int mma_filter_rows_x(const MmaFilterGeom& g) { return (g.band - 2) * g.stride + kMmaFilterTapRows; }
-
 // The tensor-core filter gradient's geometry, or false where it does not
-// apply: a window mma_window takes, channels in whole 8-channel vectors. The
-// band is the tallest even one of at most kMmaFilterMaxBand rows within
-// kMmaShared; slices aim at kMmaFilterBlocksPerSm blocks an SM.
+// apply or is not faster: a window mma_window takes where mma_filter_faster
+// says so, stride 1, channels in whole 8-channel vectors. The band is the tallest even one of at most kMmaFilterMaxBand rows
+// within kMmaShared; slices aim at kMmaFilterBlocksPerSm blocks an SM.
 inline bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
-  if (!mma_window(s)) return false;
+  static_assert(kMmaMaxWindow <= kMmaFilterTapRows, "an mma holds the window's rows");
+  if (!mma_window(s) || !mma_filter_faster(static_cast<int>(s.s), s.q)) return false;
   const int ks = static_cast<int>(s.s);
-  if (s.c % kMmaChannels != 0 || s.c / kMmaChannels > 65535) return false;
+  if (s.stride_h != 1 || s.stride_w != 1 || s.c % kMmaChannels != 0 || s.c / kMmaChannels > 65535) return false;
   g.n = static_cast<int>(s.n); g.c = static_cast<int>(s.c);
   g.h = static_cast<int>(s.h); g.w = static_cast<int>(s.w);
   g.p = static_cast<int>(s.p); g.q = static_cast<int>(s.q);
   g.pad_h = static_cast<int>(s.pad_h); g.pad_w = static_cast<int>(s.pad_w);
-  g.stride = static_cast<int>(s.stride_w);
-  // Columns of S (of S_P at stride 2) whose products reach a dy column: q + the widest shift.
-  const int total = static_cast<int>(ceil_div(g.q + (ks - 1) / g.stride, kMmaFilterCols));
+  const int total = static_cast<int>(ceil_div(g.q + ks - 1, kMmaFilterCols));
   g.chunks = static_cast<int>(ceil_div(total, kMmaFilterMaxTiles));
   g.tiles = static_cast<int>(ceil_div(total, g.chunks));
   // x rows: 16 columns a tile, 4 * odd words a row (a lane group's 8 B rows on distinct banks).
@@ -185,13 +152,14 @@ inline bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeo
   g.dy_words = g.tiles * kMmaFilterCols / 2 + 5;
   const int even_p = static_cast<int>(ceil_div(g.p, 2)) * 2;
   for (g.band = std::min(kMmaFilterMaxBand, even_p); g.band > 2; g.band -= 2) {
-    g.rows_x = mma_filter_rows_x(g);
+    g.rows_x = g.band + kMmaFilterTapRows - 2;
     if (mma_filter_shared_bytes(g) <= kMmaShared) break;
   }
+  g.rows_x = g.band + kMmaFilterTapRows - 2;
   // Balance the bands: the fewest of at most that many rows, rounded up to even.
   g.bands = static_cast<int>(ceil_div(g.p, g.band));
   g.band = static_cast<int>(ceil_div(ceil_div(g.p, g.bands), 2) * 2);
-  g.rows_x = mma_filter_rows_x(g);
+  g.rows_x = g.band + kMmaFilterTapRows - 2;
   if (mma_filter_shared_bytes(g) > kMmaShared) return false;
   const int64_t items = s.n * g.bands * g.chunks;
   if (items >= (int64_t{1} << 31)) return false;
@@ -214,8 +182,7 @@ cudaError_t launch_mma_filter(const DirectConvShape& s, const MmaFilterGeom& g, 
   const int64_t slices = mma_filter_slices(g);
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(g.c / kMmaChannels));
   float* partial = static_cast<float*>(workspace);
-  const auto kernel = g.stride == 1 ? dw_mma_filter<T, 1> : dw_mma_filter<T, 2>;
-  const cudaError_t launched = launch_kernel(kernel, grid, dim3(kMmaThreads), mma_filter_shared_bytes(g),
+  const cudaError_t launched = launch_kernel(dw_mma_filter<T>, grid, dim3(kMmaThreads), mma_filter_shared_bytes(g),
                                              stream, g, x, dy, partial);
   if (launched != cudaSuccess) return launched;
   return launch_sum_slices(static_cast<const float*>(partial), slices, int64_t{g.ks} * g.ks * g.c,

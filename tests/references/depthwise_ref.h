@@ -193,15 +193,13 @@ inline std::vector<Case> correctness_cases() {
       make("n1 520x5x5 3x3 s1 p1 (many tiles)", 1, 520, 5, 5, 3, 3, 1, 1, 1, 1),
       make("n4 64x15x15 7x7 s1 p3", 4, 64, 15, 15, 7, 7, 1, 1, 3, 3),
       make("n3 48x23x21 3x3 s2 p1", 3, 48, 23, 21, 3, 3, 2, 2, 1, 1),
-      // The tensor-core gather's geometry: two images a block (the last alone),
-      // several bands and column chunks, a pad below the window's half.
-      make("n3 16x7x7 7x7 s1 p3 (images)", 3, 16, 7, 7, 7, 7, 1, 1, 3, 3),
-      make("n1 8x35x70 3x3 s1 p1 (bands, chunks)", 1, 8, 35, 70, 3, 3, 1, 1, 1, 1),
-      make("n2 16x20x9 5x5 s1 p1", 2, 16, 20, 9, 5, 5, 1, 1, 1, 1),
-      // Stride 2: one image a block, then shorter bands, to fit the staging of
-      // both column parities; filter-gradient column chunks.
-      make("n2 8x16x128 3x3 s2 p1 (stride-2 bands)", 2, 8, 16, 128, 3, 3, 2, 2, 1, 1),
-      make("n1 16x17x70 5x5 s2 p2", 1, 16, 17, 70, 5, 5, 2, 2, 2, 2),
+      // The tensor-core kernels' geometry (7x7 from 28 output columns, and the
+      // 5x5 filter gradient from 28): two images a block (the last alone),
+      // several bands and column chunks, a pad below the window's half, an odd
+      // row count (the filter gradient's last band half empty).
+      make("n3 16x7x30 7x7 s1 p3 (images)", 3, 16, 7, 30, 7, 7, 1, 1, 3, 3),
+      make("n1 8x35x70 7x7 s1 p2 (bands, chunks)", 1, 8, 35, 70, 7, 7, 1, 1, 2, 2),
+      make("n2 16x21x32 5x5 s1 p1", 2, 16, 21, 32, 5, 5, 1, 1, 1, 1),
   };
 }
 
