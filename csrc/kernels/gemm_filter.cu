@@ -75,13 +75,22 @@ static_assert(kThreads == 2 * kTilePixels, "two threads stage each pixel's colum
 constexpr int kDyVectorsPerThread = kTilePixels * kMaxColumns / kVector / kThreads;
 constexpr size_t kSharedLimit = 48 * 1024;  // no opt-in needed
 // The accumulator counts a warp's kernel is instantiated for, and the blocks
-// of each that an SM holds at once by element (by its registers on sm_90: 93,
-// 80, 151, 137, 154 and 182 a thread): the grid is one wave of them, since
+// of each that an SM holds at once by element (its registers, bounded to fit
+// them, on sm_90: 71, 91-92, 157-168, 156-160, 158-159 and 182-184 a thread
+// in fp16-bf16): the grid is one wave of them, since
 // more slices would only cost partials and fewer would leave loads without
 // warps to hide them. 8: RegNetY's 24-channel groups (7 tiles a warp), which
 // stage by vector (kVectorResidentBlocks).
 constexpr int kFragmentChoices[] = {1, 2, 4, 6, 8, kMaxFragmentsPerWarp};
 constexpr int kResidentBlocks[] = {6, 4, 3, 3, 3, 2};
+// The by-element kernel's __launch_bounds__ asks for those blocks, so that its
+// registers leave room for them: a grid of 6 blocks an SM of a kernel that fits
+// only 5 would run a second, sixth-full wave.
+constexpr int by_element_resident_blocks(int fragments_per_warp) {
+  for (size_t i = 0; i < sizeof(kFragmentChoices) / sizeof(kFragmentChoices[0]); ++i)
+    if (kFragmentChoices[i] == fragments_per_warp) return kResidentBlocks[i];
+  return 1;
+}
 // The partial sums stay below 16 MB: the finish (sum_slices) reads them all once.
 constexpr int64_t kMaxPartialFloats = int64_t{4} << 20;
 // By vector: tiles in flight, the most that fit kVectorSharedBudget, at least
@@ -311,9 +320,9 @@ using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16
 //   tap_offset [table_entries] int                its element offset from the window's corner
 //   scratch    [kWarps][16][kScratchLd] float     a warp's accumulator on its way out
 template <typename T, int kFragmentsPerWarp>
-__global__ void __launch_bounds__(kThreads) gemm_filter_by_element(GemmFilterGeometry g, const T* __restrict__ x,
-                                                                   const T* __restrict__ dy,
-                                                                   float* __restrict__ partial) {
+__global__ void __launch_bounds__(kThreads, by_element_resident_blocks(kFragmentsPerWarp))
+    gemm_filter_by_element(GemmFilterGeometry g, const T* __restrict__ x, const T* __restrict__ dy,
+                           float* __restrict__ partial) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char shared_bytes[];
   const int padded_rows = g.row_fragments * 16;
