@@ -106,9 +106,12 @@ def measure(network: str, counts: list[int], timeout_s: float, work: Path) -> di
     runs: dict[str, dict] = {}
     for n in counts:
         run: dict[str, dict] = {}
-        modes = [("tune", "tune"), ("second", "tune"), ("fly", "fly")] + ([("kill", "kill")] if n >= 2 else [])
-        for label, mode in modes:
-            db = work / f"n{n}-{'tune' if label == 'second' else label}" / "db"
+        # (label, the job's mode, whose databases): the second job reuses the first's.
+        jobs = [("tune", "tune", "tune"), ("second", "tune", "tune"), ("fly", "fly", "fly")]
+        if n >= 2:
+            jobs.append(("kill", "kill", "kill"))
+        for label, mode, databases in jobs:
+            db = work / f"n{n}-{databases}" / "db"
             db.mkdir(parents=True, exist_ok=True)
             progress(f"{n} rank(s): {label}")
             run[label] = run_job(mode, n, network, db, timeout_s)
