@@ -29,6 +29,7 @@
 #pragma once
 
 #include "kernels/depthwise_mma.cuh"
+#include "kernels/device_traits.cuh"
 
 namespace torch_cudnn_algo::kernels {
 namespace {
@@ -40,7 +41,8 @@ constexpr int kMmaFilterMaxTiles = 4;
 constexpr int kMmaFilterMaxBand = 16;
 // S rows an mma's B reads beyond its first dy row: r = 0..7.
 constexpr int kMmaFilterTapRows = 8;
-// Blocks per SM the slices aim at (over the channel groups).
+// Blocks per SM the slices aim at (over the channel groups), where that many
+// blocks' staging fits an SM's shared memory.
 constexpr int kMmaFilterBlocksPerSm = 6;
 
 struct MmaFilterGeom {
@@ -131,10 +133,21 @@ inline size_t mma_filter_shared_bytes(const MmaFilterGeom& g) {
          sizeof(uint32_t);
 }
 
+// Blocks of `shared_bytes` staging an SM of the current device holds at once,
+// at most kMmaFilterBlocksPerSm: a grid sized for more than fit runs a second,
+// mostly idle wave (an H200 SM holds 5 of ConvNeXt's 44 KB blocks, not 6).
+inline int mma_filter_resident(size_t shared_bytes) {
+  int device = 0;
+  DeviceTraits traits;
+  if (!current_device(&device, &traits) || traits.shared_per_sm <= 0) return kMmaFilterBlocksPerSm;
+  return static_cast<int>(std::clamp<int64_t>(
+      traits.shared_per_sm / static_cast<int64_t>(shared_bytes + kReservedSharedPerBlock), 1, kMmaFilterBlocksPerSm));
+}
+
 // The tensor-core filter gradient's geometry, or false where it does not
 // apply or is not faster: a window mma_window takes where mma_filter_faster
 // says so, stride 1, channels in whole 8-channel vectors. The band is the tallest even one of at most kMmaFilterMaxBand rows
-// within kMmaShared; slices aim at kMmaFilterBlocksPerSm blocks an SM.
+// within kMmaShared; slices aim at the blocks an SM holds at once.
 inline bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
   static_assert(kMmaMaxWindow <= kMmaFilterTapRows, "an mma holds the window's rows");
   if (!mma_window(s) || !mma_filter_faster(static_cast<int>(s.s), s.q)) return false;
@@ -164,8 +177,8 @@ inline bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeo
   const int64_t items = s.n * g.bands * g.chunks;
   if (items >= (int64_t{1} << 31)) return false;
   g.items = static_cast<int>(items);
-  const int64_t wanted = std::max<int64_t>(1, ceil_div(int64_t{std::max(sm_count, 1)} * kMmaFilterBlocksPerSm,
-                                                       s.c / kMmaChannels));
+  const int64_t wanted = std::max<int64_t>(
+      1, ceil_div(int64_t{std::max(sm_count, 1)} * mma_filter_resident(mma_filter_shared_bytes(g)), s.c / kMmaChannels));
   g.per_slice = static_cast<int>(ceil_div(items, std::min(items, wanted)));
   g.ks = ks;
   return true;

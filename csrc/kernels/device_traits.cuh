@@ -1,11 +1,12 @@
 // What a kernel's launch needs to know of the GPU it runs on, read once per
 // device: the queries are cheap, but a launch should not pay them every time.
-// Shared by the tensor-core kernels (grouped_mma.cu, gemm_filter.cu); inline,
+// Shared by the tensor-core kernels (grouped_mma.cu, gemm_filter.cu, depthwise.cu); inline,
 // so every kernel file sees the same per-device cache.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <mutex>
 
 namespace torch_cudnn_algo::kernels {
@@ -15,6 +16,9 @@ struct DeviceTraits {
   int shared_optin = 0;   // shared memory a block may have, opted in
   int shared_per_sm = 0;
 };
+
+// The driver keeps this much shared memory per resident block for itself.
+inline constexpr size_t kReservedSharedPerBlock = 1024;
 
 // Devices whose traits are cached; a device index beyond is queried every time.
 constexpr int kMaxCachedDevices = 64;

@@ -68,8 +68,6 @@ constexpr int kVector = 8;
 constexpr int kMaxBlocksPerSm = 4;
 // 16-byte weight loads one thread has in flight while staging W.
 constexpr int kWeightBatch = 8;
-// The driver keeps this much shared memory per resident block for itself.
-constexpr size_t kReservedSharedPerBlock = 1024;
 constexpr size_t kDefaultSharedLimit = 48 * 1024;
 // Keeps the per-tap index arithmetic in int; the weights would exceed shared memory long before.
 constexpr int64_t kMaxTaps = 4096;
