@@ -108,6 +108,35 @@ void run_sweep() {
   std::printf("sweep: %zu variants\n", dw_sweep_variants().size());
 }
 
+// The tensor-core filter gradient's grid fits one wave: the zoo's layers on
+// an H100/H200-sized GPU (132 SMs, the fake runtime's 228 KB a Hopper SM
+// has) launch no more blocks than the SMs hold at once by shared memory.
+void check_mma_filter_waves() {
+  constexpr int kSms = 132;
+  for (const Case& t : {dwref::make("ConvNeXt 96x56x56 7x7", 64, 96, 56, 56, 7, 7, 1, 1, 3, 3),
+                        dwref::make("ConvNeXt 192x28x28 7x7", 64, 192, 28, 28, 7, 7, 1, 1, 3, 3),
+                        dwref::make("ConvNeXt 384x14x14 7x7", 64, 384, 14, 14, 7, 7, 1, 1, 3, 3),
+                        dwref::make("EfficientNet 240x28x28 5x5", 64, 240, 28, 28, 5, 5, 1, 1, 2, 2)}) {
+    ++runs;
+    MmaFilterGeom g;
+    if (!mma_filter_geom(dwref::shape_of(t), kSms, g)) {
+      std::printf("FAIL %s: the tensor-core filter gradient does not apply\n", t.name.c_str());
+      ++failures;
+      continue;
+    }
+    int device = 0;
+    DeviceTraits traits;
+    current_device(&device, &traits);
+    const int64_t resident =
+        traits.shared_per_sm / static_cast<int64_t>(mma_filter_shared_bytes(g) + kReservedSharedPerBlock);
+    const int64_t blocks = mma_filter_slices(g) * (t.c / kMmaChannels);
+    const bool ok = blocks <= kSms * resident;
+    std::printf("%-4s %-30s waves: %ld blocks, %ld an SM fit (%zu B)\n", ok ? "ok" : "FAIL", t.name.c_str(),
+                static_cast<long>(blocks), static_cast<long>(resident), mma_filter_shared_bytes(g));
+    if (!ok) ++failures;
+  }
+}
+
 int main(int argc, char** argv) {
   const bool thorough = argc > 1 && std::string(argv[1]) == "thorough";
   if (argc > 1 && std::string(argv[1]) == "sweep") {
@@ -116,6 +145,7 @@ int main(int argc, char** argv) {
     std::printf(failures ? "%d FAILURES in %d runs\n" : "ALL PASS (%d failures, %d runs)\n", failures, runs);
     return failures ? 1 : 0;
   }
+  check_mma_filter_waves();
   const auto cases = dwref::correctness_cases();
   for (const auto& t : cases)
     for (const DirectDirection dir : {DirectDirection::kForward, DirectDirection::kBackwardData,
