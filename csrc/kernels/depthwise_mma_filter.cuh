@@ -135,7 +135,7 @@ inline size_t mma_filter_shared_bytes(const MmaFilterGeom& g) {
 
 // Blocks of `shared_bytes` staging an SM of the current device holds at once,
 // at most kMmaFilterBlocksPerSm: a grid sized for more than fit runs a second,
-// mostly idle wave (an H200 SM holds 5 of ConvNeXt's 44 KB blocks, not 6).
+// mostly idle wave (a Hopper SM holds 5 of ConvNeXt's 42-44 KB blocks, not 6).
 inline int mma_filter_resident(size_t shared_bytes) {
   int device = 0;
   DeviceTraits traits;
