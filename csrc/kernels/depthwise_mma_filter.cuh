@@ -134,20 +134,23 @@ inline size_t mma_filter_shared_bytes(const MmaFilterGeom& g) {
 }
 
 // Blocks of `shared_bytes` staging an SM of the current device holds at once,
-// at most kMmaFilterBlocksPerSm: a grid sized for more than fit runs a second,
-// mostly idle wave (a Hopper SM holds 5 of ConvNeXt's 42-44 KB blocks, not 6).
+// at most kMmaFilterBlocksPerSm (a Hopper SM holds 5 of ConvNeXt's 42-44 KB
+// blocks, not 6).
 inline int mma_filter_resident(size_t shared_bytes) {
   int device = 0;
   DeviceTraits traits;
-  if (!current_device(&device, &traits) || traits.shared_per_sm <= 0) return kMmaFilterBlocksPerSm;
-  return static_cast<int>(std::clamp<int64_t>(
-      traits.shared_per_sm / static_cast<int64_t>(shared_bytes + kReservedSharedPerBlock), 1, kMmaFilterBlocksPerSm));
+  if (!current_device(&device, &traits)) return kMmaFilterBlocksPerSm;
+  return blocks_fitting_shared(traits, shared_bytes, kMmaFilterBlocksPerSm);
 }
+
+// x rows a band of dy rows stages: B's 8 rows from its last pair's first row.
+inline int mma_filter_rows_x(int band) { return band - 2 + kMmaFilterTapRows; }
 
 // The tensor-core filter gradient's geometry, or false where it does not
 // apply or is not faster: a window mma_window takes where mma_filter_faster
-// says so, stride 1, channels in whole 8-channel vectors. The band is the tallest even one of at most kMmaFilterMaxBand rows
-// within kMmaShared; slices aim at the blocks an SM holds at once.
+// says so, stride 1, channels in whole 8-channel vectors. The band is the
+// tallest even one of at most kMmaFilterMaxBand rows within kMmaShared; slices
+// aim at the blocks an SM holds at once.
 inline bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeom& g) {
   static_assert(kMmaMaxWindow <= kMmaFilterTapRows, "an mma holds the window's rows");
   if (!mma_window(s) || !mma_filter_faster(static_cast<int>(s.s), s.q)) return false;
@@ -165,14 +168,13 @@ inline bool mma_filter_geom(const DirectConvShape& s, int sm_count, MmaFilterGeo
   g.dy_words = g.tiles * kMmaFilterCols / 2 + 5;
   const int even_p = static_cast<int>(ceil_div(g.p, 2)) * 2;
   for (g.band = std::min(kMmaFilterMaxBand, even_p); g.band > 2; g.band -= 2) {
-    g.rows_x = g.band + kMmaFilterTapRows - 2;
+    g.rows_x = mma_filter_rows_x(g.band);
     if (mma_filter_shared_bytes(g) <= kMmaShared) break;
   }
-  g.rows_x = g.band + kMmaFilterTapRows - 2;
   // Balance the bands: the fewest of at most that many rows, rounded up to even.
   g.bands = static_cast<int>(ceil_div(g.p, g.band));
   g.band = static_cast<int>(ceil_div(ceil_div(g.p, g.bands), 2) * 2);
-  g.rows_x = g.band + kMmaFilterTapRows - 2;
+  g.rows_x = mma_filter_rows_x(g.band);
   if (mma_filter_shared_bytes(g) > kMmaShared) return false;
   const int64_t items = s.n * g.bands * g.chunks;
   if (items >= (int64_t{1} << 31)) return false;

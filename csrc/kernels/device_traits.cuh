@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 
 namespace torch_cudnn_algo::kernels {
@@ -19,6 +20,15 @@ struct DeviceTraits {
 
 // The driver keeps this much shared memory per resident block for itself.
 inline constexpr size_t kReservedSharedPerBlock = 1024;
+
+// Blocks of `shared_bytes` shared memory an SM of `traits` holds at once, from
+// 1 to `most` (`most` where the traits are unknown): a grid sized for more
+// than fit runs a second, mostly idle wave.
+inline int blocks_fitting_shared(const DeviceTraits& traits, size_t shared_bytes, int most) {
+  if (traits.shared_per_sm <= 0) return most;
+  const int64_t fit = traits.shared_per_sm / static_cast<int64_t>(shared_bytes + kReservedSharedPerBlock);
+  return static_cast<int>(fit < 1 ? 1 : fit > most ? most : fit);
+}
 
 // Devices whose traits are cached; a device index beyond is queried every time.
 constexpr int kMaxCachedDevices = 64;

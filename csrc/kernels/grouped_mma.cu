@@ -491,9 +491,7 @@ cudaError_t launch_kernel(const LaunchContext& c) {
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, plan.shared_bytes) != cudaSuccess ||
       resident < 1) {
     cudaGetLastError();
-    resident = static_cast<int>(std::clamp<int64_t>(
-        c.traits.shared_per_sm / static_cast<int64_t>(plan.shared_bytes + kReservedSharedPerBlock), 1,
-        kMaxBlocksPerSm));
+    resident = blocks_fitting_shared(c.traits, plan.shared_bytes, kMaxBlocksPerSm);
   }
   resident = std::min(resident, kMaxBlocksPerSm);
   const int64_t wanted = int64_t{std::max(1, c.sm_count)} * resident;
