@@ -54,11 +54,12 @@ std::atomic<bool> g_enabled{true};
 std::atomic<bool> g_mma_enabled{true};
 
 // Backward-filter slices: from the chosen configuration (alignment aside, so
-// the workspace is known before the pointers).
-template <int Bytes>
+// the workspace is known before the pointers) and the blocks an SM holds of it.
+template <typename T>
 int64_t filter_slices(const DirectConvShape& s, int sm_count) {
-#define TCA_DW_SLICES(KS, SW) \
-  return filter_slices_of(s, sm_count, KS, FilterChoice<KS, SW, Bytes>::kTune, FilterChoice<KS, SW, Bytes>::kLaunch)
+#define TCA_DW_SLICES(KS, SW)                                                                          \
+  return filter_slices_for<T, KS, SW, FilterChoice<KS, SW, sizeof(T)>::kTune>(s, sm_count,              \
+                                                                             FilterChoice<KS, SW, sizeof(T)>::kLaunch)
   const bool sw1 = s.stride_w == 1;
   switch (window_width(s)) {
     case 3: if (sw1) TCA_DW_SLICES(3, 1); else TCA_DW_SLICES(3, 2);
@@ -72,10 +73,12 @@ int64_t filter_slices(const DirectConvShape& s, int sm_count) {
 // Slices of partial sums either filter kernel may write: the workspace is sized
 // before the pointers, whose alignment decides between them.
 int64_t filter_slices(const DirectConvShape& s, DirectDType dtype, int sm_count) {
-  if (dtype == DirectDType::kFloat) return filter_slices<4>(s, sm_count);
+  if (dtype == DirectDType::kFloat) return filter_slices<float>(s, sm_count);
   MmaFilterGeom g;
   const int64_t mma = mma_filter_geom(s, sm_count, g) ? mma_filter_slices(g) : 0;
-  return std::max(filter_slices<2>(s, sm_count), mma);
+  const int64_t cuda_cores =
+      dtype == DirectDType::kHalf ? filter_slices<__half>(s, sm_count) : filter_slices<__nv_bfloat16>(s, sm_count);
+  return std::max(cuda_cores, mma);
 }
 
 // The tensor-core kernels run on compute capability 8.0 or newer, with 16-byte aligned operands.
@@ -220,7 +223,7 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, in
   cudaError_t chosen;
   if (direction == DirectDirection::kBackwardFilter) {
     if (mma_filter_choice<T>(s, sm_count, ta, tb, to, workspace, stream, chosen)) return chosen;
-    return launch_filter_pick<T>(s, filter_slices<sizeof(T)>(s, sm_count), filter_choice<T>(s, ta, tb), ta, tb, to, workspace,
+    return launch_filter_pick<T>(s, filter_slices<T>(s, sm_count), filter_choice<T>(s, ta, tb), ta, tb, to, workspace,
                                  stream);
   }
   const bool backward = direction == DirectDirection::kBackwardData;

@@ -750,17 +750,50 @@ inline int64_t filter_items(const DirectConvShape& s, int ks, int tune) {
   return ks ? s.n * ceil_div(s.p, filter_out_rows(tune)) * ceil_div(s.q, filter_strip(tune)) : s.n * s.p * s.q;
 }
 
+// A filter launch's block: its channel tiling, its row groups (grid z) and
+// the shared memory its reduction stages.
+struct FilterBlock {
+  ChannelBlock b;
+  int64_t groups;
+  size_t shared;
+};
+inline FilterBlock filter_block(const DirectConvShape& s, int ks, int tune, int max_tx) {
+  const int vec = filter_vec_of(tune), threads = filter_threads(tune);
+  const ChannelBlock b = channel_block(s.c, vec, max_tx, threads);
+  const int64_t groups = ks ? ceil_div(s.r, filter_rows_of(tune)) : ceil_div(s.r * s.s, kGenericTaps);
+  const int taps_per_thread = ks ? filter_rows_of(tune) * ks : kGenericTaps;
+  const int round = std::min<int>(taps_per_thread, static_cast<int>(kSharedBudget / (threads * vec * sizeof(float))));
+  return {b, groups, static_cast<size_t>(b.ty) * round * b.tx * vec * sizeof(float)};
+}
+
+// Blocks of a filter kernel an SM holds at once in that launch; 0 where the
+// runtime cannot say.
+template <typename T>
+int filter_resident(FilterKernel<T> kernel, const FilterBlock& fb) {
+  int resident = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, fb.b.tx * fb.b.ty, fb.shared) != cudaSuccess) {
+    cudaGetLastError();  // leave no error behind for the launch to report
+    return 0;
+  }
+  return resident;
+}
+
 // Backward-filter slices of a configuration: about slices_per_sm blocks per SM
 // over the channel tiles and row groups, each thread still summing a few
-// items; 1 for a DIRECT one.
-inline int64_t filter_slices_of(const DirectConvShape& s, int sm_count, int ks, int tune, FilterLaunch opt) {
+// items; 1 for a DIRECT one. Where an SM holds fewer blocks at once than that
+// (`resident`, 0: unknown), whole waves of them instead: blocks have equal
+// work, so a grid of 1.5 waves (5x5 at stride 1: 396 blocks on an H100's 264
+// places) takes as long as two full ones.
+inline int64_t filter_slices_of(const DirectConvShape& s, int sm_count, int ks, int tune, FilterLaunch opt,
+                                int resident) {
   if (filter_direct(tune)) return 1;
-  const int vec = filter_vec_of(tune);
-  const ChannelBlock b = channel_block(s.c, vec, opt.max_tx, filter_threads(tune));
-  const int64_t groups = ks ? ceil_div(s.r, filter_rows_of(tune)) : ceil_div(s.r * s.s, kGenericTaps);
+  const FilterBlock fb = filter_block(s, ks, tune, opt.max_tx);
+  const int64_t per_slice = int64_t{fb.b.tiles} * fb.groups, sms = std::max(1, sm_count);
+  const int64_t wanted = resident > 0 && opt.slices_per_sm > resident
+                             ? opt.slices_per_sm / resident * resident * sms / per_slice
+                             : ceil_div(int64_t{opt.slices_per_sm} * sms, per_slice);
   const int64_t items = filter_items(s, ks, tune);
-  const int64_t wanted = ceil_div(int64_t{opt.slices_per_sm} * std::max(1, sm_count), int64_t{b.tiles} * groups);
-  const int64_t most = std::max<int64_t>(1, items / (int64_t{b.ty} * 2));
+  const int64_t most = std::max<int64_t>(1, items / (int64_t{fb.b.ty} * 2));
   return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 65535}));
 }
 
@@ -775,29 +808,32 @@ FilterPick<T> filter_pick(FilterLaunch launch) {
   return {dw_filter<T, KS, SW, TUNE>, KS, SW, TUNE, launch};
 }
 
+// The slices of a filter configuration's launch over the shape (its workspace
+// holds that many partials; the launch must be given the same number).
+template <typename T, int KS, int SW, int TUNE>
+int64_t filter_slices_for(const DirectConvShape& s, int sm_count, FilterLaunch opt) {
+  const int resident = filter_resident<T>(dw_filter<T, KS, SW, TUNE>, filter_block(s, KS, TUNE, opt.max_tx));
+  return filter_slices_of(s, sm_count, KS, TUNE, opt, resident);
+}
+
 // Runs a filter kernel over `slices` slices, then (unless direct) sum_slices;
 // the workspace holds slices * r * s * c floats (none when direct).
 template <typename T>
 cudaError_t launch_filter_pick(const DirectConvShape& s, int64_t slices, const FilterPick<T>& k, const T* x,
                                const T* dy, T* dweight, void* workspace, cudaStream_t stream) {
-  const int vec = filter_vec_of(k.tune), rows = filter_rows_of(k.tune), threads = filter_threads(k.tune);
   const bool direct = filter_direct(k.tune);
   const DwGeom g = geom_of(s);
   if (filter_out_rows(k.tune) > 1 && (s.stride_h != k.sw || s.dilation_h != 1 || s.r != k.ks))
     return cudaErrorInvalidValue;
   if (direct) slices = 1;
-  const ChannelBlock b = channel_block(s.c, vec, k.launch.max_tx, threads);
-  const int64_t groups = k.ks ? ceil_div(s.r, rows) : ceil_div(s.r * s.s, kGenericTaps);
+  const FilterBlock fb = filter_block(s, k.ks, k.tune, k.launch.max_tx);
   const int64_t strips = k.ks ? ceil_div(s.q, filter_strip(k.tune)) : s.q;
   const int64_t items = filter_items(s, k.ks, k.tune);
   const int64_t chunk = ceil_div(items, slices);
-  const int taps_per_thread = k.ks ? rows * k.ks : kGenericTaps;
-  const int round = std::min<int>(taps_per_thread, static_cast<int>(kSharedBudget / (threads * vec * sizeof(float))));
-  const size_t shared = static_cast<size_t>(b.ty) * round * b.tx * vec * sizeof(float);
-  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(b.tiles), static_cast<unsigned>(groups));
-  const dim3 block(static_cast<unsigned>(b.tx), static_cast<unsigned>(b.ty));
+  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(fb.b.tiles), static_cast<unsigned>(fb.groups));
+  const dim3 block(static_cast<unsigned>(fb.b.tx), static_cast<unsigned>(fb.b.ty));
   void* out = direct ? static_cast<void*>(dweight) : workspace;
-  const cudaError_t launched = launch_kernel(k.kernel, grid, block, shared, stream, g, static_cast<int>(strips),
+  const cudaError_t launched = launch_kernel(k.kernel, grid, block, fb.shared, stream, g, static_cast<int>(strips),
                                              static_cast<int>(items), static_cast<int>(chunk), x, dy, out);
   if (launched != cudaSuccess || direct) return launched;
   return launch_sum_slices(static_cast<const float*>(workspace), slices, s.r * s.s * s.c,

@@ -111,11 +111,11 @@ int sweep_plane(const DirectConvShape& s, int, const void* a, const void* b, voi
                                                           static_cast<T*>(out), stream));
   }
 }
-template <int KS, int TUNE, int MAX_TX, int SLICES_PER_SM>
+template <typename T, int KS, int SW, int TUNE, int MAX_TX, int SLICES_PER_SM>
 size_t sweep_filter_workspace(const DirectConvShape& s, int sm_count) {
   if (filter_direct(TUNE)) return 0;
-  return static_cast<size_t>(filter_slices_of(s, sm_count, KS, TUNE, FilterLaunch{MAX_TX, SLICES_PER_SM}) * s.r * s.s *
-                             s.c) * sizeof(float);
+  const int64_t slices = filter_slices_for<T, KS, SW, TUNE>(s, sm_count, FilterLaunch{MAX_TX, SLICES_PER_SM});
+  return static_cast<size_t>(slices * s.r * s.s * s.c) * sizeof(float);
 }
 template <typename T, int KS, int SW, int TUNE, int MAX_TX, int SLICES_PER_SM>
 int sweep_filter(const DirectConvShape& s, int sm_count, const void* a, const void* b, void* out, void* ws,
@@ -126,7 +126,7 @@ int sweep_filter(const DirectConvShape& s, int sm_count, const void* a, const vo
   if (window_width(s) != KS || s.stride_w != SW || vector_for(s.c, kVec, sizeof(T), {x, dy}) != kVec) return -1;
   if (filter_out_rows(TUNE) > 1 && (s.stride_h != SW || s.dilation_h != 1 || s.r != KS)) return -1;
   const FilterLaunch opt{MAX_TX, SLICES_PER_SM};
-  const int64_t slices = filter_slices_of(s, sm_count, KS, TUNE, opt);
+  const int64_t slices = filter_slices_for<T, KS, SW, TUNE>(s, sm_count, opt);
   return static_cast<int>(launch_filter_pick<T>(s, slices, filter_pick<T, KS, SW, TUNE>(opt), x, dy,
                                                 static_cast<T*>(out), ws, stream));
 }
@@ -218,7 +218,7 @@ void add_filter_variants(std::vector<DwVariant>& v) {
   const DirectDirection dir = DirectDirection::kBackwardFilter;
   int inst = 0;
 #define TCA_DW_F(NAME, TUNE, MAX_TX, SPS, NEW)                                                           \
-  v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_filter_workspace<KS, TUNE, MAX_TX, SPS>, \
+  v.push_back({NAME, sweep_dtype<T>(), dir, KS, SW, (inst += NEW), sweep_filter_workspace<T, KS, SW, TUNE, MAX_TX, SPS>, \
                sweep_filter<T, KS, SW, TUNE, MAX_TX, SPS>})
   constexpr int kVec = KS == 3 ? 4 : 2, kRows = KS == 3 ? 3 : KS == 5 ? 5 : 4;
   constexpr int kWideVec = KS == 3 ? 8 : 4, kWideRows = KS == 3 ? 3 : KS == 5 ? 3 : 2;
