@@ -640,28 +640,6 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Blocks along a grid's spread dimension for about `per_sm` blocks an SM over
-// `across` blocks of its other dimensions, at least 1. Where an SM holds fewer
-// than per_sm of them at once (`resident`; 0: unknown), the whole waves of them
-// within per_sm instead: blocks of equal work in 1.5 waves take as long as in 2.
-inline int64_t blocks_for_waves(int per_sm, int resident, int sm_count, int64_t across) {
-  const int64_t sms = std::max(1, sm_count);
-  if (resident > 0 && per_sm > resident) return std::max<int64_t>(1, per_sm / resident * resident * sms / across);
-  return std::max<int64_t>(1, ceil_div(int64_t{per_sm} * sms, across));
-}
-
-// Blocks of `kernel` an SM holds at once with that block and shared memory; 0
-// where the runtime cannot say.
-template <typename Kernel>
-int resident_blocks(Kernel kernel, int threads, size_t shared) {
-  int resident = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, shared) != cudaSuccess) {
-    cudaGetLastError();  // leave no error behind for the launch to report
-    return 0;
-  }
-  return resident;
-}
-
 // The correlation a gather computes over its staged source, for the gathers
 // that stage it (depthwise_plane.cuh, depthwise_mma.cuh): forward from x to y
 // with the pads, backward data (stride 1) from dy to dx with the window
@@ -752,17 +730,16 @@ cudaError_t launch_gather_pick(const DirectConvShape& s, bool backward, int sm_c
   const int64_t lead = k.ks && backward ? s.pad_w % k.sw : 0;
   const int64_t strips = ceil_div(dst_w + lead, strip);
   const int64_t items = s.n * ceil_div(dst_h, rows) * strips;
-  const size_t shared = per_channel * b.tx * k.vec;
-  // Enough blocks to fill the GPU several times over, in whole waves, each
-  // staging its taps once for a few rounds of items.
+  // Enough blocks to fill the GPU several times over, each staging its taps once
+  // for a few rounds of items.
   const int64_t needed = ceil_div(items, b.ty);
-  const int64_t wanted =
-      k.launch.blocks_per_sm > 0
-          ? blocks_for_waves(k.launch.blocks_per_sm, resident_blocks(k.kernel, b.tx * b.ty, shared), sm_count, b.tiles)
-          : needed;
+  const int64_t wanted = k.launch.blocks_per_sm > 0
+                             ? std::max<int64_t>(1, ceil_div(int64_t{k.launch.blocks_per_sm} * std::max(1, sm_count), b.tiles))
+                             : needed;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>({needed, wanted, int64_t{1} << 30})),
                   static_cast<unsigned>(b.tiles));
   const dim3 block(static_cast<unsigned>(b.tx), static_cast<unsigned>(b.ty));
+  const size_t shared = per_channel * b.tx * k.vec;
   return launch_kernel(k.kernel, grid, block, shared, stream, g, static_cast<int>(strips), static_cast<int>(items),
                        src, weight, dst);
 }
@@ -789,15 +766,32 @@ inline FilterBlock filter_block(const DirectConvShape& s, int ks, int tune, int 
   return {b, groups, static_cast<size_t>(b.ty) * round * b.tx * vec * sizeof(float)};
 }
 
+// Blocks of a filter kernel an SM holds at once in that launch; 0 where the
+// runtime cannot say.
+template <typename T>
+int filter_resident(FilterKernel<T> kernel, const FilterBlock& fb) {
+  int resident = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, fb.b.tx * fb.b.ty, fb.shared) != cudaSuccess) {
+    cudaGetLastError();  // leave no error behind for the launch to report
+    return 0;
+  }
+  return resident;
+}
+
 // Backward-filter slices of a configuration: about slices_per_sm blocks per SM
-// over the channel tiles and row groups, in whole waves of the blocks an SM
-// holds (`resident`, 0: unknown; 5x5 at stride 1 ran 396-420 blocks on an
-// H100's 264 places), each thread still summing a few items; 1 for a DIRECT one.
+// over the channel tiles and row groups, each thread still summing a few
+// items; 1 for a DIRECT one. Where an SM holds fewer blocks at once than that
+// (`resident`, 0: unknown), whole waves of them instead: blocks have equal
+// work, so a grid of 1.5 waves (5x5 at stride 1: 396 blocks on an H100's 264
+// places) takes as long as two full ones.
 inline int64_t filter_slices_of(const DirectConvShape& s, int sm_count, int ks, int tune, FilterLaunch opt,
                                 int resident) {
   if (filter_direct(tune)) return 1;
   const FilterBlock fb = filter_block(s, ks, tune, opt.max_tx);
-  const int64_t wanted = blocks_for_waves(opt.slices_per_sm, resident, sm_count, int64_t{fb.b.tiles} * fb.groups);
+  const int64_t per_slice = int64_t{fb.b.tiles} * fb.groups, sms = std::max(1, sm_count);
+  const int64_t wanted = resident > 0 && opt.slices_per_sm > resident
+                             ? opt.slices_per_sm / resident * resident * sms / per_slice
+                             : ceil_div(int64_t{opt.slices_per_sm} * sms, per_slice);
   const int64_t items = filter_items(s, ks, tune);
   const int64_t most = std::max<int64_t>(1, items / (int64_t{fb.b.ty} * 2));
   return std::max<int64_t>(1, std::min<int64_t>({wanted, most, 65535}));
@@ -818,8 +812,7 @@ FilterPick<T> filter_pick(FilterLaunch launch) {
 // holds that many partials; the launch must be given the same number).
 template <typename T, int KS, int SW, int TUNE>
 int64_t filter_slices_for(const DirectConvShape& s, int sm_count, FilterLaunch opt) {
-  const FilterBlock fb = filter_block(s, KS, TUNE, opt.max_tx);
-  const int resident = resident_blocks(dw_filter<T, KS, SW, TUNE>, fb.b.tx * fb.b.ty, fb.shared);
+  const int resident = filter_resident<T>(dw_filter<T, KS, SW, TUNE>, filter_block(s, KS, TUNE, opt.max_tx));
   return filter_slices_of(s, sm_count, KS, TUNE, opt, resident);
 }
 
