@@ -60,6 +60,8 @@ def test_depthwise_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
     for dtype in ("__half", "__nv_bfloat16"):
         assert f"dw_mma(MmaGeom, const T*, const T*, T*) [with T = {dtype}]" in output, output[-4000:]
         assert f"dw_mma_filter(MmaFilterGeom, const T*, const T*, float*) [with T = {dtype}]" in output
+    # The CUDA-core filter gradient's grid fills its waves: 5x5 at stride 1 on 2 blocks an SM of 132 SMs.
+    assert "EfficientNet 1152x7x7 5x5      filter waves: 252 blocks in 1 waves of 264 places (2 an SM)" in output
 
 
 @needs_cxx
