@@ -7,6 +7,7 @@
 #pragma once
 
 #include "kernels/depthwise.h"
+#include "kernels/device_traits.cuh"
 #include "kernels/element_types.h"
 #include "kernels/slice_sum.cuh"
 
@@ -766,18 +767,6 @@ inline FilterBlock filter_block(const DirectConvShape& s, int ks, int tune, int 
   return {b, groups, static_cast<size_t>(b.ty) * round * b.tx * vec * sizeof(float)};
 }
 
-// Blocks of a filter kernel an SM holds at once in that launch; 0 where the
-// runtime cannot say.
-template <typename T>
-int filter_resident(FilterKernel<T> kernel, const FilterBlock& fb) {
-  int resident = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, fb.b.tx * fb.b.ty, fb.shared) != cudaSuccess) {
-    cudaGetLastError();  // leave no error behind for the launch to report
-    return 0;
-  }
-  return resident;
-}
-
 // Backward-filter slices of a configuration: about slices_per_sm blocks per SM
 // over the channel tiles and row groups, each thread still summing a few
 // items; 1 for a DIRECT one. Where an SM holds fewer blocks at once than that
@@ -812,7 +801,8 @@ FilterPick<T> filter_pick(FilterLaunch launch) {
 // holds that many partials; the launch must be given the same number).
 template <typename T, int KS, int SW, int TUNE>
 int64_t filter_slices_for(const DirectConvShape& s, int sm_count, FilterLaunch opt) {
-  const int resident = filter_resident<T>(dw_filter<T, KS, SW, TUNE>, filter_block(s, KS, TUNE, opt.max_tx));
+  const FilterBlock fb = filter_block(s, KS, TUNE, opt.max_tx);
+  const int resident = resident_blocks(dw_filter<T, KS, SW, TUNE>, fb.b.tx * fb.b.ty, fb.shared);
   return filter_slices_of(s, sm_count, KS, TUNE, opt, resident);
 }
 

@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 namespace torch_cudnn_algo::kernels {
 
@@ -28,6 +30,36 @@ inline int blocks_fitting_shared(const DeviceTraits& traits, size_t shared_bytes
   if (traits.shared_per_sm <= 0) return most;
   const int64_t fit = traits.shared_per_sm / static_cast<int64_t>(shared_bytes + kReservedSharedPerBlock);
   return static_cast<int>(fit < 1 ? 1 : fit > most ? most : fit);
+}
+
+// Blocks of `kernel` an SM of the current device holds at once with `threads`
+// threads and `shared` bytes of dynamic shared memory; 0 where the runtime
+// cannot say. Remembered per device, kernel and launch shape: a configuration
+// asks at every call, once to size its workspace and again to launch.
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads, size_t shared) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // leave no error behind for the launch to report
+    return 0;
+  }
+  using Key = std::tuple<int, const void*, int, size_t>;
+  static std::mutex mutex;
+  static std::map<Key, int> known;
+  const Key key{device, reinterpret_cast<const void*>(kernel), threads, shared};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto found = known.find(key);
+    if (found != known.end()) return found->second;
+  }
+  int resident = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, shared) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  known.emplace(key, resident);
+  return resident;
 }
 
 // Devices whose traits are cached; a device index beyond is queried every time.

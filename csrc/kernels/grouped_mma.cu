@@ -487,12 +487,8 @@ cudaError_t launch_kernel(const LaunchContext& c) {
   // second wave doubles the time (blocks of a group have equal work), each
   // taking a contiguous range of tiles: W is staged once for all of them, and
   // a tile's upper halo rows are the previous tile's, still in L1.
-  int resident = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, plan.shared_bytes) != cudaSuccess ||
-      resident < 1) {
-    cudaGetLastError();
-    resident = blocks_fitting_shared(c.traits, plan.shared_bytes, kMaxBlocksPerSm);
-  }
+  int resident = resident_blocks(kernel, kThreads, plan.shared_bytes);
+  if (resident < 1) resident = blocks_fitting_shared(c.traits, plan.shared_bytes, kMaxBlocksPerSm);
   resident = std::min(resident, kMaxBlocksPerSm);
   const int64_t wanted = int64_t{std::max(1, c.sm_count)} * resident;
   const int64_t groups = c.shape->groups;
