@@ -47,12 +47,12 @@ CASES = [
     form("dw3x3_plane_narrow", 3, 24, 24, (7, 6), (3, 3), padding=1, groups=24),
     form("dw7x7_plane_unpadded", 2, 40, 40, (14, 12), (7, 7), padding=(1, 2), groups=40),
     # The tensor-core depthwise kernels (depthwise_mma.cuh, depthwise_mma_filter.cuh; fp16/bf16, stride
-    # 1, channels in 8s; 7x7 from 28 output columns, and the 5x5 filter gradient from 28): several
-    # bands of rows and column chunks a plane, an odd row count (the filter gradient's last band half
-    # empty), two images a block with the last one alone.
+    # 1, channels in 8s; 7x7 from 28 output columns, the filter gradient from 14): several bands of
+    # rows and column chunks a plane, an odd row count (the filter gradient's last band half empty),
+    # two images a block with the last one alone.
     form("dw7x7_mma_bands_chunks", 2, 16, 16, (35, 70), (7, 7), padding=3, groups=16),
     form("dw7x7_mma_two_images", 3, 24, 24, (7, 30), (7, 7), padding=3, groups=24),
-    form("dw5x5_mma_filter", 2, 16, 16, (21, 32), (5, 5), padding=1, groups=16),
+    form("dw7x7_mma_filter", 2, 16, 16, (21, 20), (7, 7), padding=1, groups=16),
     # The depthwise kernels' shapes off their compile-time windows: non-square, stride 3, a
     # filter wider than 7, and channel counts for each vector width (8, 2 and 1 fp16 channels).
     form("dw1x7", 2, 40, 40, (9, 23), (1, 7), padding=(0, 3), groups=40),

@@ -31,8 +31,7 @@
 // depthwise_choices.cuh holds the configuration in use per direction and
 // filter width, and this file dispatches to it. At stride 1 in fp16 and bf16
 // (channels in 8s, compute capability 8.0 or newer), the large 7x7 planes in
-// all three directions and the large 5x5 planes' filter gradient run on tensor
-// cores instead, where they are faster (depthwise_mma.cuh,
+// all three directions run on tensor cores instead, where they are faster (depthwise_mma.cuh,
 // depthwise_mma_filter.cuh: each image row a product with a banded matrix;
 // mma_gather_faster, mma_filter_faster); other small planes at stride 1 run
 // the plane gather (depthwise_plane.cuh: the source band staged in shared

@@ -1,6 +1,6 @@
 // The depthwise tensor-core filter gradient (dw_mma_filter): stride 1,
-// dilation 1, square windows (3, 5, 7; the dispatch runs it on 5x5 and 7x7
-// only, where it is faster: mma_filter_faster), fp16 and bf16, channels in
+// dilation 1, square windows (3, 5, 7; the dispatch runs it on 7x7 only,
+// where it is faster: mma_filter_faster), fp16 and bf16, channels in
 // whole 8-channel vectors. Included by depthwise_choices.cuh after the
 // gather it shares its staging conventions with (depthwise_mma.cuh).
 //
