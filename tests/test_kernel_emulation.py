@@ -53,9 +53,9 @@ def test_stem_filter_gradient_kernel_matches_float64_on_the_host(tmp_path: Path)
 def test_depthwise_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
     output = run_emulation("depthwise", tmp_path)
     assert "ALL PASS (0 failures" in output, output[-4000:]
-    # Every direction's kernels ran: the gathers forward and backward, the filter kernels and their finish,
-    # the tensor-core ones in fp16 and bf16.
-    for kernel in ("dw_gather", "dw_filter", "sum_slices", "dw_mma", "dw_mma_filter"):
+    # Every direction's kernels ran: the gathers forward and backward, the filter kernels and both
+    # finishes (many slices and few), the tensor-core ones in fp16 and bf16.
+    for kernel in ("dw_gather", "dw_filter", "sum_slices", "sum_few_slices", "dw_mma", "dw_mma_filter"):
         assert f"{kernel}(" in output, output[-4000:]
     for dtype in ("__half", "__nv_bfloat16"):
         assert f"dw_mma(MmaGeom, const T*, const T*, T*) [with T = {dtype}]" in output, output[-4000:]

@@ -33,8 +33,14 @@ def inline_slice_sum(src: str, note: bool = False) -> str:
                r'kSliceSumThreads \* sizeof\(Acc\), stream>>>\(',
                'emu_launch(sum_slices<Acc, Store>, dim3(static_cast<unsigned>(blocks)), kSliceSumThreads, '
                'kSliceSumThreads * sizeof(Acc), stream, ', 1)
+    header.sub(r'sum_few_slices<Acc, Store><<<dim3\(static_cast<unsigned>\(blocks\)\), dim3\(kFewSlicesThreads\), 0, '
+               r'stream>>>\(',
+               'emu_launch(sum_few_slices<Acc, Store>, dim3(static_cast<unsigned>(blocks)), kFewSlicesThreads, 0, '
+               'stream, ', 1)
     if note:
         header.sub(r'(sum_slices\(const Acc\* __restrict__ partial[^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);', 1)
+        header.sub(r'(sum_few_slices\(const Acc\* __restrict__ partial[^{]*\{)', r'\1 emu_note(__PRETTY_FUNCTION__);',
+                   1)
     include = '#include "kernels/slice_sum.cuh"'
     if src.count(include) != 1:
         sys.exit(f"transform: {include} found {src.count(include)} times, expected 1")
