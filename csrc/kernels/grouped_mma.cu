@@ -16,25 +16,20 @@
 // A block owns one group (blockIdx.y) and a contiguous range of 128-pixel
 // tiles (blockIdx.x). It stages the group's whole W in shared memory once, then
 // streams A through a 3-stage cp.async pipeline in K chunks of whole taps, and
-// 4 warps multiply 32 pixels x all destination channels each with mma.sync
-// m16n8k16 (fp16/bf16 in, fp32 accumulate: the same contract as the gather
-// kernel's fp32 sums; no TF32 is involved). The accumulators' layout is known
-// (mma_sync.cuh), so each lane converts its sums and stores them straight to
-// the output: wmma's opaque layout took a round trip of fp32 through shared
-// memory per output element, which bound the 1x1 convolutions with 64 output
-// channels by shared-memory traffic (ncu: 87% of its throughput, DRAM at 46%).
-// No atomics, no workspace: every output element is summed by one warp in a
-// fixed order (deterministic).
+// 4 warps multiply 32 pixels x all destination channels each with wmma
+// (16x16x16, fp16/bf16 in, fp32 accumulate: the same contract as the gather
+// kernel's fp32 sums; no TF32 is involved). No atomics, no workspace: every
+// output element is summed by one warp in a fixed order (deterministic).
 #include "kernels/grouped_mma.h"
 
 #include "kernels/async_copy.cuh"
 #include "kernels/device_traits.cuh"
 #include "kernels/direct_common.h"
-#include "kernels/mma_sync.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -55,12 +50,15 @@ constexpr int kWarpRowFragments = kWarpRows / 16;
 // A chunks in flight: the copies of the two chunks after the one being
 // multiplied overlap its mma, and one barrier a chunk suffices.
 constexpr int kStages = 3;
-// Elements added to every staged row. A fragment load reads one 32-bit word
-// from each of 8 rows (4 lanes a row); rows a multiple of 64 bytes apart fall
-// on the same banks, 16 more bytes apart (an odd number of 16-byte units, as
-// any width multiple of 16 elements plus 8 gives) spread the 8 rows over all
-// 32 banks. It keeps every staged row 16-byte aligned for cp.async too.
+// Elements added to every staged row. wmma loads 8 rows of 16 bytes at a time;
+// rows a multiple of 64 bytes apart fall on the same banks, 16 more bytes apart
+// (an odd number of 16-byte units, as any width multiple of 16 elements plus 8
+// gives) spread them over all banks. 8 elements also keep wmma's required
+// ldm multiple of 8 and 32-byte aligned fragments.
 constexpr int kSkew = 8;
+// Row stride (floats) of a warp's 16x16 accumulator scratch: a multiple of 4
+// (wmma's rule for float) that is not a multiple of 32 banks.
+constexpr int kScratchLd = 16 + 4;
 constexpr int kMaxChannelsPerGroup = 64;
 // A chunk narrower than this does little mma per barrier: chunks take several
 // taps then (8 or 16 channels a group).
@@ -82,8 +80,8 @@ struct MmaPlan {
   int taps_per_chunk = 0;   // taps one K chunk holds
   int chunk_width = 0;      // K columns of a chunk: taps_per_chunk * cpg_src, a multiple of 16
   int chunks = 0;           // ceil(taps / taps_per_chunk); the last chunk's missing taps are zero
-  int column_fragments = 0; // 16-column fragments covering cpg_dst (8-column halves past it are skipped)
-  int weight_ld = 0;        // staged W^T row stride: chunks * chunk_width + kSkew
+  int column_fragments = 0; // 16-column fragments covering cpg_dst
+  int weight_ld = 0;        // staged W row stride: column_fragments * 16 + kSkew
   int a_ld = 0;             // staged A row stride: chunk_width + kSkew
   int64_t pixels = 0;       // destination pixels, n * height * width
   int64_t tiles_per_group = 0;
@@ -121,16 +119,15 @@ MmaPlan plan_of(const DirectConvShape& s, DirectDType dtype, DirectDirection dir
   plan.chunk_width = plan.taps_per_chunk * plan.cpg_src;
   plan.chunks = static_cast<int>((taps + plan.taps_per_chunk - 1) / plan.taps_per_chunk);
   plan.column_fragments = static_cast<int>((cpg_dst + 15) / 16);
-  plan.weight_ld = plan.chunks * plan.chunk_width + kSkew;
+  plan.weight_ld = plan.column_fragments * 16 + kSkew;
   plan.a_ld = plan.chunk_width + kSkew;
   plan.pixels = backward ? s.n * s.h * s.w : s.n * s.p * s.q;
   plan.tiles_per_group = (plan.pixels + kTileRows - 1) / kTileRows;
   const size_t element = 2;
-  // W^T: a row of K per destination channel; cpg_dst is a multiple of 8 and
-  // weight_ld * 2 bytes an odd multiple of 16, so A after it stays 16-byte aligned.
-  const size_t weight_bytes = static_cast<size_t>(plan.cpg_dst) * plan.weight_ld * element;
+  const size_t weight_bytes = static_cast<size_t>(plan.chunks) * plan.chunk_width * plan.weight_ld * element;
   const size_t a_bytes = static_cast<size_t>(kStages) * kTileRows * plan.a_ld * element;
-  plan.shared_bytes = weight_bytes + a_bytes;
+  const size_t scratch_bytes = static_cast<size_t>(kWarps) * 16 * kScratchLd * sizeof(float);
+  plan.shared_bytes = weight_bytes + a_bytes + scratch_bytes;
   plan.fits = true;
   return plan;
 }
@@ -157,26 +154,62 @@ struct alignas(sizeof(T) * N) Packed {
   T v[N];
 };
 
+// Fragment loads from shared memory. nvcc narrows wmma's fp16 loads to the
+// shared state space itself, but not its bf16 ones, which stay generic loads;
+// for bf16 this is the same PTX instruction with .shared, writing the
+// fragment's four registers in the order wmma's own load does.
+template <typename Use>
+__device__ __forceinline__ void load_fragment(nvcuda::wmma::fragment<Use, 16, 16, 16, __half, nvcuda::wmma::row_major>& f,
+                                              const __half* p, unsigned ldm) {
+  nvcuda::wmma::load_matrix_sync(f, p, ldm);
+}
+
+__device__ __forceinline__ void load_fragment(
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major>& f,
+    const __nv_bfloat16* p, unsigned ldm) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned* const r = reinterpret_cast<unsigned*>(&f);
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at), "r"(ldm)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void load_fragment(
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major>& f,
+    const __nv_bfloat16* p, unsigned ldm) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned* const r = reinterpret_cast<unsigned*>(&f);
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at), "r"(ldm)
+               : "memory");
+#endif
+}
+
 __device__ __forceinline__ void convert(float v, __half& out) { out = __float2half_rn(v); }
 __device__ __forceinline__ void convert(float v, __nv_bfloat16& out) { out = __float2bfloat16_rn(v); }
 
-// Stages the group's W in shared memory transposed, as mma's column-major B
-// reads it: row d, column k = tap * cpg_src + ci. That is A's K order: chunk
-// c's columns are taps c * taps_per_chunk.., each cpg_src wide. Columns past
-// the last tap (the last chunk's missing taps) are zero: A is zero there, but
-// 0 times stale shared memory could be NaN. Staging is latency bound (the
-// weights come from L2), so each thread keeps kWeightBatch loads in flight.
-template <typename T, typename Index, bool Backward>
+// Stages the group's W in shared memory: row tap * cpg_src + ci, column d.
+// That is A's K order: chunk c's columns are taps c * taps_per_chunk.., each
+// cpg_src wide. Rows past the last tap (the last chunk's missing taps) and
+// columns past cpg_dst are zero: A is zero there, but 0 times stale shared
+// memory could be NaN. Staging is latency bound (the weights come from L2), so
+// each thread keeps kWeightBatch loads in flight.
+template <typename T, typename Index, bool Backward, int kColumnFragments>
 __device__ __forceinline__ void stage_weights(const MmaGeometry<Index>& g, const T* __restrict__ weight, Index group,
                                               T* __restrict__ staged, int thread) {
+  constexpr int kColumns = kColumnFragments * 16;
   const int real_rows = g.taps * g.cpg_src;
   if (g.weight_vectors) {
     // A weight's dim 1 is contiguous (channels_last weights, the runner's):
     // 8 of its channels are one 16-byte load. Forward, dim 1 is ci: a vector
-    // is 8 consecutive k of row d, one 16-byte store. Backward, dim 1 is d: a
-    // vector is one k of 8 rows. "outer", the weight's dim 0 within the group,
-    // is d forward and ci backward; lines (outer, tap) follow the weight's
-    // memory order.
+    // is 8 rows of column d. Backward, dim 1 is d: a vector is 8 columns of a
+    // row. "outer", the weight's dim 0 within the group, is d forward and ci
+    // backward; lines (outer, tap) follow the weight's memory order.
     const int per_line = (Backward ? g.cpg_dst : g.cpg_src) / kVector;
     const int total = (Backward ? g.cpg_src : g.cpg_dst) * g.taps * per_line;
     for (int base = thread; base < total; base += kThreads * kWeightBatch) {
@@ -200,12 +233,12 @@ __device__ __forceinline__ void stage_weights(const MmaGeometry<Index>& g, const
           const int v = i % per_line, line = i / per_line;
           const int tap = line % g.taps, outer = line / g.taps;
           if (Backward) {
+            *reinterpret_cast<Packed<T, kVector>*>(staged + (tap * g.cpg_src + outer) * g.weight_ld + v * kVector) =
+                loaded[u];
+          } else {
 #pragma unroll
             for (int e = 0; e < kVector; ++e)
-              staged[(v * kVector + e) * g.weight_ld + tap * g.cpg_src + outer] = loaded[u].v[e];
-          } else {
-            *reinterpret_cast<Packed<T, kVector>*>(staged + outer * g.weight_ld + tap * g.cpg_src + v * kVector) =
-                loaded[u];
+              staged[(tap * g.cpg_src + v * kVector + e) * g.weight_ld + outer] = loaded[u].v[e];
           }
         }
       }
@@ -218,40 +251,36 @@ __device__ __forceinline__ void stage_weights(const MmaGeometry<Index>& g, const
       const Index r = tap / g.filter_w, s = tap - r * g.filter_w;
       const Index channels = Backward ? (group * g.cpg_src + ci) * g.ws0 + d * g.ws1
                                       : (group * g.cpg_dst + d) * g.ws0 + ci * g.ws1;
-      staged[d * g.weight_ld + row] = weight[channels + r * g.ws2 + s * g.ws3];
+      staged[row * g.weight_ld + d] = weight[channels + r * g.ws2 + s * g.ws3];
     }
   }
-  const int pad_columns = g.chunks * g.chunk_width - real_rows;
-  for (int i = thread; i < g.cpg_dst * pad_columns; i += kThreads) {
-    const int d = i / pad_columns;
-    staged[d * g.weight_ld + real_rows + (i - d * pad_columns)] = T(0);
+  const int pad_columns = kColumns - g.cpg_dst;
+  for (int i = thread; i < real_rows * pad_columns; i += kThreads) {
+    const int row = i / pad_columns;
+    staged[row * g.weight_ld + g.cpg_dst + (i - row * pad_columns)] = T(0);
   }
+  const int pad_rows = g.chunks * g.chunk_width - real_rows;
+  for (int i = thread; i < pad_rows * kColumns; i += kThreads)
+    staged[(real_rows + i / kColumns) * g.weight_ld + i % kColumns] = T(0);
 }
 
-// A 32-bit word of two consecutive elements in shared memory (even offsets only).
-template <typename T>
-__device__ __forceinline__ uint32_t pair_at(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// Shared memory, in this order (each part a multiple of 16 bytes, as cp.async needs):
-//   W^T    [cpg_dst][weight_ld]                the group's weights, columns (t, ci)
+// Shared memory, in this order (every part a multiple of 32 bytes, as wmma's
+// fragment pointers need):
+//   W      [chunks * chunk_width][weight_ld]   the group's weights, rows (t, ci)
 //   A      [kStages][kTileRows][a_ld]          chunk (t, ci) columns of each pixel
+//   scratch[kWarps][16][kScratchLd] floats     a warp's accumulator on its way out
 template <typename T, typename Index, bool Backward, int kColumnFragments>
 __global__ void __launch_bounds__(kThreads) grouped_mma_nhwc(MmaGeometry<Index> g, const T* __restrict__ source,
                                                              const T* __restrict__ weight,
                                                              T* __restrict__ destination) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  namespace wmma = nvcuda::wmma;
   extern __shared__ __align__(128) unsigned char shared_bytes[];
+  const int weight_rows = g.chunks * g.chunk_width;
   T* const staged_weight = reinterpret_cast<T*>(shared_bytes);
-  T* const staged_a = staged_weight + g.cpg_dst * g.weight_ld;
+  T* const staged_a = staged_weight + weight_rows * g.weight_ld;
   const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
-  // A lane's place in mma's fragments (mma_sync.cuh): row group gq, column pair tq.
-  const int gq = lane / 4, tq = lane % 4;
-  // 8-column halves of the destination channels: the last 16-column fragment's
-  // second half lies past cpg_dst when it is an odd multiple of 8.
-  const int halves = g.cpg_dst / 8;
-  constexpr int kHalves = 2 * kColumnFragments;
+  float* const scratch = reinterpret_cast<float*>(staged_a + kStages * kTileRows * g.a_ld) + warp * 16 * kScratchLd;
 
   const Index group = blockIdx.y;
   const Index first_tile = static_cast<Index>(blockIdx.x) * g.tiles_per_block;
@@ -312,19 +341,18 @@ __global__ void __launch_bounds__(kThreads) grouped_mma_nhwc(MmaGeometry<Index> 
   }
 
   // W stages while the first chunks copy.
-  stage_weights<T, Index, Backward>(g, weight, group, staged_weight, thread);
+  stage_weights<T, Index, Backward, kColumnFragments>(g, weight, group, staged_weight, thread);
 
-  float acc[kWarpRowFragments][kHalves][4];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kWarpRowFragments][kColumnFragments];
 #pragma unroll
   for (int i = 0; i < kWarpRowFragments; ++i)
 #pragma unroll
-    for (int j = 0; j < kHalves; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    for (int j = 0; j < kColumnFragments; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
   Index compute_tile = first_tile;
   int compute_chunk = 0;
   int buffer = 0, load_buffer = kStages - 1;
+  const int row_in_fragment = lane / 2, column_in_fragment = (lane % 2) * kVector;
   for (Index step = 0; step < steps; ++step) {
     // This step's copies (this thread's) are done; the barrier makes everyone's
     // visible (and W, the first time), and tells that every warp finished the
@@ -335,53 +363,45 @@ __global__ void __launch_bounds__(kThreads) grouped_mma_nhwc(MmaGeometry<Index> 
     commit_copies();
     load_buffer = load_buffer + 1 == kStages ? 0 : load_buffer + 1;
 
-    const T* const a_rows = staged_a + (buffer * kTileRows + warp * kWarpRows + gq) * g.a_ld + 2 * tq;
-    const T* const w_columns = staged_weight + gq * g.weight_ld + compute_chunk * g.chunk_width + 2 * tq;
+    const T* const a_rows = staged_a + (buffer * kTileRows + warp * kWarpRows) * g.a_ld;
+    const T* const w_rows = staged_weight + compute_chunk * g.chunk_width * g.weight_ld;
     for (int k = 0; k < g.chunk_width; k += 16) {
-      uint32_t a[kWarpRowFragments][4];
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a[kWarpRowFragments];
 #pragma unroll
-      for (int i = 0; i < kWarpRowFragments; ++i) {
-        const T* const p = a_rows + i * 16 * g.a_ld + k;
-        a[i][0] = pair_at(p);
-        a[i][1] = pair_at(p + 8 * g.a_ld);
-        a[i][2] = pair_at(p + 8);
-        a[i][3] = pair_at(p + 8 * g.a_ld + 8);
-      }
+      for (int i = 0; i < kWarpRowFragments; ++i) load_fragment(a[i], a_rows + i * 16 * g.a_ld + k, g.a_ld);
 #pragma unroll
-      for (int j = 0; j < kHalves; ++j) {
-        if (j < halves) {
-          const T* const q = w_columns + j * 8 * g.weight_ld + k;
-          const uint32_t b[2] = {pair_at(q), pair_at(q + 8)};
+      for (int j = 0; j < kColumnFragments; ++j) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+        load_fragment(b, w_rows + k * g.weight_ld + j * 16, g.weight_ld);
 #pragma unroll
-          for (int i = 0; i < kWarpRowFragments; ++i) mma_16816<T>(acc[i][j], a[i], b);
-        }
+        for (int i = 0; i < kWarpRowFragments; ++i) wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
       }
     }
     buffer = buffer + 1 == kStages ? 0 : buffer + 1;
 
     if (++compute_chunk == g.chunks) {
-      // The tile's sums are complete: each lane writes its two pairs of each
-      // 16x8 product (rows gq and gq + 8, channels 2 tq and 2 tq + 1) as 4-byte
-      // stores; a pixel's channels fill whole sectors once its lanes have.
-      const Index warp_row0 = compute_tile * kTileRows + warp * kWarpRows + gq;
+      // The tile's sums are complete: each 16x16 fragment goes through the
+      // warp's scratch (wmma's register layout is opaque), and each lane
+      // writes 8 channels of one pixel as one 16-byte store.
+      const Index warp_row0 = compute_tile * kTileRows + warp * kWarpRows;
 #pragma unroll
       for (int i = 0; i < kWarpRowFragments; ++i) {
 #pragma unroll
-        for (int j = 0; j < kHalves; ++j) {
-          if (j < halves) {
+        for (int j = 0; j < kColumnFragments; ++j) {
+          wmma::store_matrix_sync(scratch, acc[i][j], kScratchLd, wmma::mem_row_major);
+          __syncwarp();
+          const Index m = warp_row0 + i * 16 + row_in_fragment;
+          const int d = j * 16 + column_in_fragment;
+          // cpg_dst is a multiple of 8: a vector is wholly in or wholly out.
+          if (m < g.pixels && d < g.cpg_dst) {
+            const float* const sums = scratch + row_in_fragment * kScratchLd + column_in_fragment;
+            Packed<T, kVector> out;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const Index m = warp_row0 + i * 16 + 8 * h;
-              if (m < g.pixels) {
-                Packed<T, 2> out;
-                convert(acc[i][j][2 * h], out.v[0]);
-                convert(acc[i][j][2 * h + 1], out.v[1]);
-                *reinterpret_cast<Packed<T, 2>*>(group_destination + m * g.dst_c + j * 8 + 2 * tq) = out;
-              }
-            }
+            for (int v = 0; v < kVector; ++v) convert(sums[v], out.v[v]);
+            *reinterpret_cast<Packed<T, kVector>*>(group_destination + m * g.dst_c + d) = out;
           }
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+          __syncwarp();
+          wmma::fill_fragment(acc[i][j], 0.0f);
         }
       }
       compute_chunk = 0;
@@ -521,7 +541,7 @@ bool grouped_mma_applies(const DirectConvShape& shape, DirectDType dtype, Direct
   int device = 0;
   DeviceTraits traits;
   if (!current_device(&device, &traits)) return false;
-  // bf16 mma and cp.async need compute capability 8.0.
+  // bf16 wmma and cp.async need compute capability 8.0.
   return traits.major >= 8 && plan.shared_bytes <= static_cast<size_t>(traits.shared_optin);
 }
 
