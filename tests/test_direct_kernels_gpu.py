@@ -71,6 +71,10 @@ CASES = [
     # several 64-pixel tiles and slices), and 4 input channels a group (staged by element).
     form("grouped32_dilated", 3, 64, 64, (13, 11), (3, 3), padding=2, dilation=2, groups=2),
     form("grouped_in4_out8", 2, 8, 16, (12, 9), (3, 3), stride=(2, 1), padding=1, groups=2),
+    # 1x1 convolutions with few channels (MBConv's, one group) run the grouped tensor-core kernel: 24
+    # output channels leave the last 16-column fragment's second half unused; 40 in, 8 out.
+    form("pointwise16_to_24", 3, 16, 24, (9, 11), (1, 1)),
+    form("pointwise40_to_8", 2, 40, 8, (7, 5), (1, 1)),
     form("dw1d_k3", 2, 64, 64, (101,), (3,), padding=1, groups=64),
     form("one_to_many_1d", 2, 1, 32, (200,), (16,), stride=8, padding=8),
     form("decoder_transposed_1d", 2, 32, 1, (25,), (16,), stride=8, padding=8, transposed=True),

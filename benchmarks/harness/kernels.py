@@ -1,6 +1,7 @@
 """Our own kernels against cuDNN, layer by layer: for the convolutions of the zoo furthest from
-their roofline bound (depthwise, grouped with few channels per group, ConvTasNet's one-channel
-transposed decoder, the three-channel stems of MobileNetV3, EfficientNet/RegNetY and ResNeXt),
+their roofline bound (depthwise, grouped with few channels per group, the MBConv and RegNetY 1x1
+convolutions with few channels on large planes, ConvTasNet's one-channel transposed decoder, the
+three-channel stems of MobileNetV3, EfficientNet/RegNetY and ResNeXt),
 every direction is profiled with ``torch_cudnn_algo.profile``: each cuDNN
 candidate (legacy algorithms and engine configurations), stock's own choice and ``"tca.direct"``,
 timed on the same operands (median CUDA-event time) and checked against float64.
@@ -47,6 +48,19 @@ LAYERS: list[tuple[str, str]] = [
     ("resnext50_32x4d g32 (8/group) s1", "conv2d 64x256x28x28 -> 256x3x3 s1 p1 g32 fp16 channels_last"),
     ("resnext50_32x4d g32 (16/group) s1", "conv2d 64x512x14x14 -> 512x3x3 s1 p1 g32 fp16 channels_last"),
     ("resnext50_32x4d g32 (32/group) s1", "conv2d 64x1024x7x7 -> 1024x3x3 s1 p1 g32 fp16 channels_last"),
+    ("mobilenet_v3_large 1x1 16->16 at 112x112", "conv2d 64x16x112x112 -> 16x1x1 s1 p0 fp16 channels_last"),
+    ("mobilenet_v3_large 1x1 16->64 at 112x112", "conv2d 64x16x112x112 -> 64x1x1 s1 p0 fp16 channels_last"),
+    ("mobilenet_v3_large 1x1 64->24 at 56x56", "conv2d 64x64x56x56 -> 24x1x1 s1 p0 fp16 channels_last"),
+    ("mobilenet_v3_large 1x1 24->72 at 56x56", "conv2d 64x24x56x56 -> 72x1x1 s1 p0 fp16 channels_last"),
+    ("mobilenet_v3_large 1x1 72->24 at 56x56", "conv2d 64x72x56x56 -> 24x1x1 s1 p0 fp16 channels_last"),
+    ("efficientnet_b0 1x1 32->16 at 112x112", "conv2d 64x32x112x112 -> 16x1x1 s1 p0 fp16 channels_last"),
+    ("efficientnet_b0 1x1 16->96 at 112x112", "conv2d 64x16x112x112 -> 96x1x1 s1 p0 fp16 channels_last"),
+    ("efficientnet_b0 1x1 96->24 at 56x56", "conv2d 64x96x56x56 -> 24x1x1 s1 p0 fp16 channels_last"),
+    ("efficientnet_b0 1x1 24->144 at 56x56", "conv2d 64x24x56x56 -> 144x1x1 s1 p0 fp16 channels_last"),
+    ("efficientnet_b0 1x1 144->24 at 56x56", "conv2d 64x144x56x56 -> 24x1x1 s1 p0 fp16 channels_last"),
+    ("regnety_016 1x1 32->48 at 112x112", "conv2d 64x32x112x112 -> 48x1x1 s1 p0 fp16 channels_last"),
+    ("regnety_016 1x1 48->48 at 56x56", "conv2d 64x48x56x56 -> 48x1x1 s1 p0 fp16 channels_last"),
+    ("regnety_016 1x1 48->120 at 56x56", "conv2d 64x48x56x56 -> 120x1x1 s1 p0 fp16 channels_last"),
     ("conv_tasnet decoder (transposed, 1 channel)", "conv_transpose1d 8x512x4001 -> 1x16 s8 p8 fp16 contiguous"),
     ("conv_tasnet dw 1-d k3", "conv1d 4x512x4001 -> 512x3 s1 p1 g512 fp16 contiguous"),
     ("mobilenet_v3_large stem (3 channels) s2", "conv2d 64x3x224x224 -> 16x3x3 s2 p1 fp16 channels_last"),
