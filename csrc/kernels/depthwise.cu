@@ -31,14 +31,14 @@
 // depthwise_choices.cuh holds the configuration in use per direction and
 // filter width, and this file dispatches to it. At stride 1 in fp16 and bf16
 // (channels in 8s, compute capability 8.0 or newer), the large 7x7 planes in
-// all three directions run on tensor cores instead, where they are faster (depthwise_mma.cuh,
-// depthwise_mma_filter.cuh: each image row a product with a banded matrix;
-// mma_gather_faster, mma_filter_faster); other small planes at stride 1 run
-// the plane gather (depthwise_plane.cuh: the source band staged in shared
-// memory), where the sweep found it faster than the strip gather. The check
-// program's sweep (devtools/kernels/run sweep, devtools/kernels/
-// depthwise_sweep.cuh) times the alternatives against it; the winners go into
-// the choices.
+// all three directions run on tensor cores instead, where they are faster
+// (depthwise_mma.cuh, depthwise_mma_filter.cuh: each image row a product with
+// a banded matrix; mma_gather_faster, mma_filter_faster); other small planes
+// at stride 1 run the plane gather (depthwise_plane.cuh: the source band
+// staged in shared memory), where the sweep found it faster than the strip
+// gather. The check program's sweep (devtools/kernels/run sweep,
+// devtools/kernels/depthwise_sweep.cuh) times the alternatives against it; the
+// winners go into the choices.
 //
 // Index arithmetic: 32-bit within an image row (depthwise_applies refuses a
 // row of 2^31 elements or more), 64-bit for the row bases, so one kernel

@@ -44,10 +44,10 @@ __global__ void __launch_bounds__(kSliceSumThreads)
 }
 
 // Few slices (a filter gradient whose grid spreads over its channels rather
-// than its pixels: the depthwise 5x5 layers on 7x7 and 14x14 planes have 1 to
-// 3): one thread an element adds them in order. The lanes of sum_slices would
-// idle there, and its 3,600 blocks for EfficientNet's 1152-channel 5x5 layer
-// took 6-7 us of the gradient's 28-31 us (H100).
+// than its pixels, as the depthwise ones on 7x7 and 14x14 planes): one thread
+// an element adds them in order. The lanes of sum_slices would idle there, and
+// its 3,600 blocks for EfficientNet's 1152-channel 5x5 layer took 6-7 us of
+// the gradient's 28-31 us (H100).
 constexpr int64_t kFewSlices = 4;
 constexpr int kFewSlicesThreads = 256;
 
