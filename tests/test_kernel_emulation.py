@@ -69,8 +69,8 @@ def test_general_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
     output = run_emulation("direct", tmp_path)
     assert "ALL PASS (0 failures" in output, output[-4000:]
     # Both layouts' gathers and filters ran, vectorised and not, with 32- and 64-bit indices,
-    # every element type, the finish, and the refusals were checked.
-    for kernel in ("gather_nchw(", "gather_nhwc(", "filter_nchw(", "filter_nhwc(", "sum_slices("):
+    # every element type, both finishes (many slices and few), and the refusals were checked.
+    for kernel in ("gather_nchw(", "gather_nhwc(", "filter_nchw(", "filter_nhwc(", "sum_slices(", "sum_few_slices("):
         assert kernel in output, output[-4000:]
     for instance in ("int VEC = 8", "int VEC = 1", "Index = int;", "Index = long int;", "T = __half",
                      "T = __nv_bfloat16", "T = float", "T = double"):

@@ -186,6 +186,9 @@ int main(int argc, char** argv) {
       mk("n3 5x4x9 k10 2x3 s1x2 p1x1 odd", 3, 5, 4, 9, 10, 2, 3, 1, 2, 1, 1, 1, 1, 5),
       mk("n1 8x3x3 k8 3x3 p3 d3 all padding", 1, 8, 3, 3, 8, 3, 3, 1, 1, 3, 3, 3, 3, 4),
       mk("n1 1x1x1 k1 1x1 single element", 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1),
+      // Enough pixels a thread for more than 4 slices: the finish's lanes (sum_slices), where
+      // the small cases above take the one-thread-an-element finish (sum_few_slices).
+      mk("n2 2x64x64 k2 3x3 p1 many slices", 2, 2, 64, 64, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1),
   };
   // Default: every case and direction in both layouts, the element type, weight
   // layout, alignment, index width and SM count turning over from case to case
