@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SAMPLES, CALLS, WARM_UP = 40, 5, 5
+SAMPLES, CALLS = 40, 5
 MARKER = "BUILDS_AB "
 ENTRY = Path(__file__).resolve().parents[1] / "builds_ab.py"
 
@@ -40,7 +40,7 @@ def parse_layer(text: str) -> tuple[int, int, int, int, int, int, int]:
 def time_layers(layers: list[str], directions: list[str]) -> dict[str, float]:
     """In the child: the median ms per call of every layer and direction, our kernels pinned."""
     import torch
-    import torch_cudnn_algo  # noqa: F401  (registers the flags)
+    from torch_cudnn_algo.demo import median_ms  # importing the package registers the flags
 
     for flag in ("conv_fwd_algo", "conv_bwd_data_algo", "conv_bwd_filter_algo"):
         setattr(torch.backends.cudnn, flag, "tca.direct")
@@ -63,18 +63,12 @@ def time_layers(layers: list[str], directions: list[str]) -> dict[str, float]:
                     torch.ops.aten.convolution_backward(dy, x, w, None, [stride] * 2, [r // 2] * 2, [1, 1], False,
                                                         [0, 0], groups, mask)
 
-            for _ in range(WARM_UP):
-                call()
-            samples = []
-            for _ in range(SAMPLES):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
+            def calls() -> None:
                 for _ in range(CALLS):
                     call()
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end) / CALLS)
-            out[f"{text} {direction}"] = statistics.median(samples)
+
+            # One warm-up sample of CALLS calls, then the median of SAMPLES samples.
+            out[f"{text} {direction}"] = median_ms(calls, repeats=SAMPLES, warmup=1) / CALLS
     return out
 
 
