@@ -1,4 +1,5 @@
-"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, gemm_filter.cu, depthwise.cu, direct_conv.cu) run on the host
+"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, pointwise_mma.cu, gemm_filter.cu, depthwise.cu,
+direct_conv.cu) run on the host
 by an emulation of the CUDA runtime (tests/emulation: the kernel file rewritten where CUDA-only
 syntax stands, blocks run in turn, their threads as real threads so barriers are real, shared
 memory filled with NaN), against float64 references: every output element, guard regions around
@@ -35,6 +36,20 @@ def run_emulation(kernel: str, build: Path) -> str:
 def test_grouped_tensor_core_kernel_matches_float64_on_the_host(tmp_path: Path) -> None:
     output = run_emulation("grouped", tmp_path)
     assert "ALL PASS (0 failures" in output, output[-4000:]
+
+
+@needs_cxx
+def test_pointwise_tensor_core_kernel_matches_float64_on_the_host(tmp_path: Path) -> None:
+    output = run_emulation("pointwise", tmp_path)
+    assert "ALL PASS (0 failures" in output, output[-4000:]
+    # Every kernel instance (up to 4, 8, 12 and 20 column fragments) and both weight stagings ran,
+    # a block took more tiles than its stages, and the refusals were checked.
+    for case in ("16->16 n2 11x12", "16->64 n1 17x19", "16->96 n1 12x12", "24->144 n1 9x10"):
+        assert f"ok   {case}" in output, case
+    for layout in ("wContig", "wT", "wMisaligned"):
+        assert f" {layout} " in output, layout
+    assert "ok   16->24 n4 32x36 (36 tiles)               fp16 fwd wT          sm1   early" in output
+    assert output.count("ok   refused") == 14, output[-4000:]
 
 
 @needs_cxx
@@ -81,4 +96,4 @@ def test_general_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
 def test_the_runner_names_what_it_runs() -> None:
     done = subprocess.run(["sh", str(RUN), "conv3d"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 2
-    assert "the kernel is grouped, gemm-filter, depthwise or direct, got 'conv3d'" in done.stderr
+    assert "the kernel is grouped, pointwise, gemm-filter, depthwise or direct, got 'conv3d'" in done.stderr

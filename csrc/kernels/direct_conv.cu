@@ -12,7 +12,8 @@
 // - finish (slice_sum.cuh): adds the partials of each weight element in slice
 //   order, so the result is the same on every run (deterministic).
 // Grouped convolutions of 8 to 64 channels a group (fp16/bf16, NHWC) run
-// instead as tensor-core GEMMs where they can: grouped_mma.cu; depthwise
+// instead as tensor-core GEMMs where they can: grouped_mma.cu, and 1x1
+// convolutions of 8 to 160 channels (one group) pointwise_mma.cu; depthwise
 // convolutions in NHWC (fp16, bf16, fp32) run depthwise.cu's kernels; the
 // filter gradient of stems (few input channels) and of groups of 8 to 32
 // channels (fp16/bf16, NHWC) is a tensor-core GEMM too: gemm_filter.cu.
@@ -21,9 +22,10 @@
 #include "kernels/depthwise.h"
 #include "kernels/direct_common.h"
 #include "kernels/element_types.h"
-#include "kernels/grouped_mma.h"
-#include "kernels/slice_sum.cuh"
 #include "kernels/gemm_filter.h"
+#include "kernels/grouped_mma.h"
+#include "kernels/pointwise_mma.h"
+#include "kernels/slice_sum.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -475,8 +477,13 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bo
     return launch_sum_slices<Acc>(partial, l.slices, (s.c / s.groups) * s.r * s.s * s.k,
                                   DirectWeightStore<T, Index>{g, to}, stream);
   }
-  // Groups of 8 to 64 channels are GEMMs: on tensor cores (grouped_mma.cu)
-  // where the GPU, dtype and alignment allow, instead of summed on CUDA cores.
+  // 1x1 convolutions and groups of 8 to 64 channels are GEMMs: on tensor
+  // cores (pointwise_mma.cu, grouped_mma.cu) where the GPU, dtype and
+  // alignment allow, instead of summed on CUDA cores. The pointwise kernel
+  // streams contiguous tiles; the grouped one indexes every tap.
+  if (pointwise_mma_applies(s, dtype_of<T>(), direction, aligned))
+    return static_cast<cudaError_t>(
+        launch_pointwise_mma(s, dtype_of<T>(), direction, sm_count, a, b, out, stream));
   if (grouped_mma_applies(s, dtype_of<T>(), direction, aligned))
     return static_cast<cudaError_t>(launch_grouped_mma(s, dtype_of<T>(), direction, sizeof(Index) == 8, sm_count,
                                                        a, b, out, stream));
