@@ -1,5 +1,5 @@
-"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, pointwise_mma.cu, gemm_filter.cu, depthwise.cu,
-direct_conv.cu) run on the host
+"""CPU: our CUDA kernels' own source (csrc/kernels/grouped_mma.cu, pointwise_mma.cu, pointwise_filter.cu,
+gemm_filter.cu, depthwise.cu, direct_conv.cu) run on the host
 by an emulation of the CUDA runtime (tests/emulation: the kernel file rewritten where CUDA-only
 syntax stands, blocks run in turn, their threads as real threads so barriers are real, shared
 memory filled with NaN), against float64 references: every output element, guard regions around
@@ -53,6 +53,20 @@ def test_pointwise_tensor_core_kernel_matches_float64_on_the_host(tmp_path: Path
 
 
 @needs_cxx
+def test_pointwise_filter_gradient_kernel_matches_float64_on_the_host(tmp_path: Path) -> None:
+    output = run_emulation("pointwise-filter", tmp_path)
+    assert "ALL PASS (0 failures" in output, output[-4000:]
+    # Fragments split over 1 to 8 warp groups, both finishes (few slices and many), a block taking
+    # more tiles than its stages, and the refusals.
+    for case in ("16->16 n2 11x12 (2 fragments)", "72->24 n1 13x13 (18: 2 groups)", "144->24 n1 9x9 (36: 4 groups)",
+                 "128->128 n1 6x6 (128: 8 groups)"):
+        assert f"ok   {case}" in output, case
+    assert "ok   16->24 n4 32x36 (36 tiles)           fp16 w     sm132 late    36 slices" in output
+    assert "ok   16->24 n4 32x36 (36 tiles)           fp16 wT    sm1   early    2 slices" in output
+    assert output.count("ok   refused") == 6, output[-4000:]
+
+
+@needs_cxx
 def test_stem_filter_gradient_kernel_matches_float64_on_the_host(tmp_path: Path) -> None:
     output = run_emulation("gemm-filter", tmp_path)
     assert "ALL PASS (0 failures" in output, output[-4000:]
@@ -96,4 +110,4 @@ def test_general_kernels_match_float64_on_the_host(tmp_path: Path) -> None:
 def test_the_runner_names_what_it_runs() -> None:
     done = subprocess.run(["sh", str(RUN), "conv3d"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 2
-    assert "the kernel is grouped, pointwise, gemm-filter, depthwise or direct, got 'conv3d'" in done.stderr
+    assert "the kernel is grouped, pointwise, pointwise-filter, gemm-filter, depthwise or direct, got 'conv3d'" in done.stderr

@@ -13,7 +13,8 @@
 //   order, so the result is the same on every run (deterministic).
 // Grouped convolutions of 8 to 64 channels a group (fp16/bf16, NHWC) run
 // instead as tensor-core GEMMs where they can: grouped_mma.cu, and 1x1
-// convolutions of 8 to 160 channels (one group) pointwise_mma.cu; depthwise
+// convolutions of 8 to 160 channels (one group) pointwise_mma.cu and
+// pointwise_filter.cu; depthwise
 // convolutions in NHWC (fp16, bf16, fp32) run depthwise.cu's kernels; the
 // filter gradient of stems (few input channels) and of groups of 8 to 32
 // channels (fp16/bf16, NHWC) is a tensor-core GEMM too: gemm_filter.cu.
@@ -24,6 +25,7 @@
 #include "kernels/element_types.h"
 #include "kernels/gemm_filter.h"
 #include "kernels/grouped_mma.h"
+#include "kernels/pointwise_filter.h"
 #include "kernels/pointwise_mma.h"
 #include "kernels/slice_sum.cuh"
 
@@ -454,6 +456,8 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bo
   const T* tb = static_cast<const T*>(b);
   T* to = static_cast<T*>(out);
   if (direction == DirectDirection::kBackwardFilter) {
+    if (pointwise_filter_applies(s, dtype_of<T>(), direction, aligned))
+      return static_cast<cudaError_t>(launch_pointwise_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
     if (gemm_filter && gemm_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(a) % 16 == 0,
                                            reinterpret_cast<uintptr_t>(b) % 16 == 0))
       return static_cast<cudaError_t>(launch_gemm_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
@@ -538,13 +542,14 @@ std::string refusal_of(const DirectConvShape& s, DirectDType dtype, DirectDirect
 
 size_t workspace_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction, int sm_count) {
   if (direction != DirectDirection::kBackwardFilter) return 0;
-  // The launch vectorises only aligned operands, and takes the GEMM filter
-  // kernel only for aligned operands on a GPU that has it: room for every way.
+  // The launch vectorises only aligned operands, and takes the tensor-core
+  // filter kernels only for aligned operands on a GPU that has them: room for
+  // every way.
   const int64_t slices = std::max(filter_launch(s, dtype, 1, sm_count).slices,
                                   filter_launch(s, dtype, nhwc_vector(s, dtype, direction), sm_count).slices);
   const int acc_bytes = dtype == DirectDType::kDouble ? 8 : 4;
-  return std::max(static_cast<size_t>(slices * (s.c / s.groups) * s.r * s.s * s.k * acc_bytes),
-                  gemm_filter_workspace_bytes(s, dtype, sm_count));
+  return std::max({static_cast<size_t>(slices * (s.c / s.groups) * s.r * s.s * s.k * acc_bytes),
+                   gemm_filter_workspace_bytes(s, dtype, sm_count), pointwise_filter_workspace_bytes(s, dtype, sm_count)});
 }
 
 template <typename T>

@@ -23,6 +23,7 @@
 #include "kernels/async_copy.cuh"
 #include "kernels/device_traits.cuh"
 #include "kernels/mma_sync.cuh"
+#include "kernels/pointwise_shape.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -40,9 +41,7 @@ constexpr int kThreads = kWarps * 32;
 // Pixels (GEMM rows) a warp multiplies: one m16 fragment.
 constexpr int kWarpRows = 16;
 constexpr int kTileRows = kWarps * kWarpRows;
-constexpr int kMaxChannels = 160;
-// fp16/bf16 elements in 16 bytes: the copy and store unit.
-constexpr int kVector = 8;
+constexpr int kVector = kPointwiseVector;
 constexpr int kMaxStages = 4;
 constexpr int kMinStages = 2;
 // Shared memory a block should stay under so that two fit an SM (228 KB on
@@ -53,13 +52,6 @@ constexpr int kMaxBlocksPerSm = 8;
 // 16-byte weight loads one thread has in flight while staging W.
 constexpr int kWeightBatch = 8;
 constexpr size_t kDefaultSharedLimit = 48 * 1024;
-
-// Row strides of the staged operands, in elements: 16 bytes more than a
-// multiple of 32 bytes (an odd number of 16-byte units). The fragment loads
-// read rows g = 0..7 at word t = 0..3 of each; with a row stride of 4 mod 8
-// words those 32 words fall on 32 different banks, and 8 lanes reading 16
-// bytes of 8 different rows do too.
-constexpr int padded_stride(int elements) { return elements % 16 == 0 ? elements + 8 : elements + 16; }
 
 // How a convolution maps onto the kernel; fits is false when it does not.
 struct PointwisePlan {
@@ -83,22 +75,16 @@ size_t shared_of(const PointwisePlan& p, int stages) {
 
 PointwisePlan plan_of(const DirectConvShape& s, DirectDType dtype, DirectDirection direction) {
   PointwisePlan plan;
-  if (dtype != DirectDType::kHalf && dtype != DirectDType::kBFloat16) return plan;
-  if (direction == DirectDirection::kBackwardFilter || !s.channels_last || s.groups != 1) return plan;
-  if (s.r != 1 || s.s != 1 || s.stride_h != 1 || s.stride_w != 1 || s.pad_h != 0 || s.pad_w != 0) return plan;
-  if (s.n < 1 || s.h < 1 || s.w < 1 || s.p != s.h || s.q != s.w) return plan;
+  if (direction == DirectDirection::kBackwardFilter || !is_pointwise(s, dtype)) return plan;
   plan.backward = direction == DirectDirection::kBackwardData;
   const int64_t src_c = plan.backward ? s.k : s.c, dst_c = plan.backward ? s.c : s.k;
-  // Whole 16-byte vectors a pixel: every copy and store is one aligned vector.
-  if (src_c % kVector != 0 || dst_c % kVector != 0 || src_c < kVector || dst_c < kVector) return plan;
-  if (src_c > kMaxChannels || dst_c > kMaxChannels) return plan;
   plan.src_c = static_cast<int>(src_c);
   plan.dst_c = static_cast<int>(dst_c);
   plan.k_padded = (plan.src_c + 15) / 16 * 16;
   plan.fragments = plan.dst_c / 8;
   plan.max_fragments = plan.fragments <= 4 ? 4 : plan.fragments <= 8 ? 8 : plan.fragments <= 12 ? 12 : 20;
-  plan.a_ld = plan.w_ld = padded_stride(plan.k_padded);
-  plan.out_ld = padded_stride(plan.dst_c);
+  plan.a_ld = plan.w_ld = pointwise_row_stride(plan.k_padded);
+  plan.out_ld = pointwise_row_stride(plan.dst_c);
   plan.pixels = s.n * s.h * s.w;
   plan.tiles = (plan.pixels + kTileRows - 1) / kTileRows;
   plan.stages = kMinStages;

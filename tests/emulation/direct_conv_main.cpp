@@ -5,7 +5,8 @@
 // element type, groups, strides, padding, dilation, 1-d, odd sizes, both
 // weight layouts, misaligned operands (the one-element paths) and 64-bit
 // indexing. The specialised kernels (depthwise.cu, grouped_mma.cu,
-// pointwise_mma.cu, gemm_filter.cu, each emulated on its own) are stubbed out here as not
+// pointwise_mma.cu, pointwise_filter.cu, gemm_filter.cu, each emulated on
+// its own) are stubbed out here as not
 // applying, so every case runs the general kernels, which serve every shape
 // those do not take.
 // Build and run: tests/emulation/run direct [thorough] [asan]; tests/test_kernel_emulation.py runs it.
@@ -40,6 +41,13 @@ bool pointwise_mma_applies(const DirectConvShape&, DirectDType, DirectDirection,
 int launch_pointwise_mma(const DirectConvShape&, DirectDType, DirectDirection, int, const void*, const void*, void*,
                          CUstream_st*) {
   emu_fail("launch_pointwise_mma called although pointwise_mma_applies refused");
+}
+bool pointwise_filter_fits(const DirectConvShape&, DirectDType, DirectDirection) { return false; }
+bool pointwise_filter_applies(const DirectConvShape&, DirectDType, DirectDirection, bool) { return false; }
+size_t pointwise_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
+int launch_pointwise_filter(const DirectConvShape&, DirectDType, int, const void*, const void*, void*, void*,
+                            CUstream_st*) {
+  emu_fail("launch_pointwise_filter called although pointwise_filter_applies refused");
 }
 bool gemm_filter_fits(const DirectConvShape&, DirectDType, DirectDirection) { return false; }
 bool gemm_filter_applies(const DirectConvShape&, DirectDType, DirectDirection, bool, bool) { return false; }
