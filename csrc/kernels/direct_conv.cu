@@ -457,7 +457,8 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bo
   T* to = static_cast<T*>(out);
   if (direction == DirectDirection::kBackwardFilter) {
     if (pointwise_filter_applies(s, dtype_of<T>(), direction, aligned))
-      return static_cast<cudaError_t>(launch_pointwise_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
+      return static_cast<cudaError_t>(
+          launch_pointwise_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
     if (gemm_filter && gemm_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(a) % 16 == 0,
                                            reinterpret_cast<uintptr_t>(b) % 16 == 0))
       return static_cast<cudaError_t>(launch_gemm_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
@@ -549,7 +550,8 @@ size_t workspace_of(const DirectConvShape& s, DirectDType dtype, DirectDirection
                                   filter_launch(s, dtype, nhwc_vector(s, dtype, direction), sm_count).slices);
   const int acc_bytes = dtype == DirectDType::kDouble ? 8 : 4;
   return std::max({static_cast<size_t>(slices * (s.c / s.groups) * s.r * s.s * s.k * acc_bytes),
-                   gemm_filter_workspace_bytes(s, dtype, sm_count), pointwise_filter_workspace_bytes(s, dtype, sm_count)});
+                   gemm_filter_workspace_bytes(s, dtype, sm_count),
+                   pointwise_filter_workspace_bytes(s, dtype, sm_count)});
 }
 
 template <typename T>
