@@ -71,10 +71,11 @@ CASES = [
     # several 64-pixel tiles and slices), and 4 input channels a group (staged by element).
     form("grouped32_dilated", 3, 64, 64, (13, 11), (3, 3), padding=2, dilation=2, groups=2),
     form("grouped_in4_out8", 2, 8, 16, (12, 9), (3, 3), stride=(2, 1), padding=1, groups=2),
-    # 1x1 convolutions with few channels (MBConv's, one group) run the pointwise tensor-core kernel in
-    # fp16/bf16 channels_last: 40 input channels are padded to the mma's K of 48; 144 output channels
-    # take its widest instance (20 fragments); 16 to 96 is EfficientNet's expansion (filter gradient:
-    # the general kernels). Pixel counts leave a partial last tile of 128.
+    # 1x1 convolutions with few channels (MBConv's, one group) run the pointwise tensor-core kernels in
+    # fp16/bf16 channels_last, all three directions: 40 input channels are padded to the mma's K of
+    # 48; 144 output channels take the forward kernel's widest instance (20 fragments) and split the
+    # filter gradient's 27 fragments over two warp groups; 16 to 96 is EfficientNet's expansion.
+    # Pixel counts leave a partial last tile of 128.
     form("pointwise16_to_24", 3, 16, 24, (9, 11), (1, 1)),
     form("pointwise40_to_8", 2, 40, 8, (7, 5), (1, 1)),
     form("pointwise24_to_144", 2, 24, 144, (13, 10), (1, 1)),
