@@ -1,4 +1,5 @@
-// cp.async helpers of our tensor-core kernels (grouped_mma.cu, gemm_filter.cu):
+// cp.async helpers of our tensor-core kernels (grouped_mma.cu, gemm_filter.cu,
+// pointwise_mma.cu, pointwise_filter.cu):
 // 16-byte copies from global to shared memory that bypass registers, so that a
 // block keeps many loads in flight while it multiplies what landed earlier.
 // They need compute capability 8.0; below it they compile to nothing (the
@@ -33,6 +34,18 @@ __device__ __forceinline__ void wait_copies() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 #endif
+}
+
+// In a pipeline of `stages` tiles (2 to 4), each tile's copies one committed
+// group: waits until the oldest tile's copies are done, the stages - 2 newer
+// ones may still be in flight (wait_group takes its count as an immediate).
+__device__ __forceinline__ void wait_oldest_tile(int stages) {
+  if (stages >= 4)
+    wait_copies<2>();
+  else if (stages == 3)
+    wait_copies<1>();
+  else
+    wait_copies<0>();
 }
 
 }  // namespace

@@ -97,4 +97,22 @@ inline bool current_device(int* device, DeviceTraits* traits) {
   return true;
 }
 
+// Lets `Kernel` have the GPU's whole opt-in shared memory, once per device:
+// above 48 KB a kernel must opt in, and allowing the most once serves every
+// later shape (it grants, it reserves nothing).
+template <auto Kernel>
+cudaError_t allow_all_shared(int device, const DeviceTraits& traits) {
+  cudaError_t allowed = cudaSuccess;
+  const auto allow = [&] {
+    allowed = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, traits.shared_optin);
+  };
+  if (device >= 0 && device < kMaxCachedDevices) {
+    static std::once_flag done[kMaxCachedDevices];
+    std::call_once(done[device], allow);
+  } else {
+    allow();
+  }
+  return allowed;
+}
+
 }  // namespace torch_cudnn_algo::kernels

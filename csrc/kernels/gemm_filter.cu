@@ -408,17 +408,6 @@ __global__ void __launch_bounds__(kThreads, by_element_resident_blocks(kFragment
 }
 
 
-// Waits until at most stages - 2 copy groups are in flight (wait_group takes
-// its count as an immediate).
-__device__ __forceinline__ void wait_all_but_newest(int stages) {
-  if (stages >= 4)
-    wait_copies<2>();
-  else if (stages == 3)
-    wait_copies<1>();
-  else
-    wait_copies<0>();
-}
-
 // A staged by vector, g.stages tiles in flight through cp.async. Shared
 // memory, in this order (each part a multiple of 32 bytes long):
 //   at         [stages][kTilePixels][at_ld]       A: row pixel, column j
@@ -487,7 +476,7 @@ __global__ void __launch_bounds__(kThreads) gemm_filter_by_vector(GemmFilterGeom
     // This step's copies (this thread's) are done; the barrier makes
     // everyone's visible and tells that every warp finished the previous
     // step, whose buffer the next copies reuse.
-    wait_all_but_newest(g.stages);
+    wait_oldest_tile(g.stages);
     __syncthreads();
     if (step + g.stages - 1 < steps) load_tile(step + g.stages - 1, load_buffer);
     commit_copies();

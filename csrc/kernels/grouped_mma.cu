@@ -33,7 +33,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 
 namespace torch_cudnn_algo::kernels {
 namespace {
@@ -466,21 +465,10 @@ struct LaunchContext {
 
 template <typename T, typename Index, bool Backward, int kColumnFragments>
 cudaError_t launch_kernel(const LaunchContext& c) {
-  const auto kernel = grouped_mma_nhwc<T, Index, Backward, kColumnFragments>;
+  constexpr auto kernel = grouped_mma_nhwc<T, Index, Backward, kColumnFragments>;
   const MmaPlan& plan = *c.plan;
   if (plan.shared_bytes > kDefaultSharedLimit) {
-    // Above 48 KB a kernel must opt in, per device; allowing the GPU's whole
-    // opt-in limit once serves every later shape (it grants, it reserves nothing).
-    cudaError_t allowed = cudaSuccess;
-    auto allow = [&] {
-      allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.traits.shared_optin);
-    };
-    if (c.device >= 0 && c.device < kMaxCachedDevices) {
-      static std::once_flag done[kMaxCachedDevices];
-      std::call_once(done[c.device], allow);
-    } else {
-      allow();
-    }
+    const cudaError_t allowed = allow_all_shared<kernel>(c.device, c.traits);
     if (allowed != cudaSuccess) return allowed;
   }
   // Blocks: as many as fit on the GPU at once and no more, so that no partial

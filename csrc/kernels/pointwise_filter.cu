@@ -32,7 +32,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 
 namespace torch_cudnn_algo::kernels {
 namespace {
@@ -133,15 +132,6 @@ __device__ __forceinline__ uint32_t pair_at(const T* p, int rows_apart) {
   return static_cast<uint32_t>(bits[0]) | static_cast<uint32_t>(bits[rows_apart]) << 16;
 }
 
-__device__ __forceinline__ void wait_for_tile(int stages) {
-  if (stages >= 4)
-    wait_copies<2>();
-  else if (stages == 3)
-    wait_copies<1>();
-  else
-    wait_copies<0>();
-}
-
 // Shared memory: [stages] x (x tile [kTilePixels][x_ld], dy tile
 // [kTilePixels][dy_ld]); after the last tile, the block's sums [k][c] floats.
 // Block b sums tiles [b * tiles_per_block, ...) into partial[b][k * c].
@@ -213,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocks)
     // This step's copies (this thread's) are done; the barrier makes everyone's
     // visible, and tells that every warp finished the previous step, whose
     // buffer the next copy reuses.
-    wait_for_tile(g.stages);
+    wait_oldest_tile(g.stages);
     __syncthreads();
     const int ahead = step + g.stages - 1;
     if (ahead < steps) load_tile(ahead, ahead % g.stages);
@@ -298,20 +288,9 @@ template <typename T, int kFragments>
 cudaError_t launch_kernel(const DirectConvShape& shape, const FilterPlan& plan, int device,
                           const DeviceTraits& traits, int sm_count, const T* x, const T* dy, T* dweight,
                           float* partial, cudaStream_t stream) {
-  const auto kernel = pointwise_filter_nhwc<T, kFragments>;
+  constexpr auto kernel = pointwise_filter_nhwc<T, kFragments>;
   if (plan.shared_bytes > kDefaultSharedLimit) {
-    // Above 48 KB a kernel must opt in, per device; allowing the GPU's whole
-    // opt-in limit once serves every later shape (it grants, it reserves nothing).
-    cudaError_t allowed = cudaSuccess;
-    auto allow = [&] {
-      allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, traits.shared_optin);
-    };
-    if (device >= 0 && device < kMaxCachedDevices) {
-      static std::once_flag done[kMaxCachedDevices];
-      std::call_once(done[device], allow);
-    } else {
-      allow();
-    }
+    const cudaError_t allowed = allow_all_shared<kernel>(device, traits);
     if (allowed != cudaSuccess) return allowed;
   }
   const int64_t slices = slices_of(plan, sm_count);

@@ -31,7 +31,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 
 namespace torch_cudnn_algo::kernels {
 namespace {
@@ -122,17 +121,6 @@ __device__ __forceinline__ uint32_t word_at(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-// Waits for the copies of the tile about to be multiplied: all but the
-// stages - 2 tiles committed after it.
-__device__ __forceinline__ void wait_for_tile(int stages) {
-  if (stages >= 4)
-    wait_copies<2>();
-  else if (stages == 3)
-    wait_copies<1>();
-  else
-    wait_copies<0>();
-}
-
 // Stages W transposed, row d holding W[ci, d] for ci < k_padded (zero past
 // src_c: A is zero there, but 0 times stale shared memory could be NaN), so
 // that a B fragment's two elements of one lane are one 32-bit word. Staging is
@@ -219,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) pointwise_mma_nhwc(PointwiseGeometry
   };
 
   // Every stage commits a group, empty or not, so that "the group of step i"
-  // is always the i-th committed one and wait_for_tile counts right.
+  // is always the i-th committed one and wait_oldest_tile counts right.
   for (int stage = 0; stage < g.stages - 1; ++stage) {
     if (stage < steps) load_tile(stage, stage);
     commit_copies();
@@ -238,7 +226,7 @@ __global__ void __launch_bounds__(kThreads) pointwise_mma_nhwc(PointwiseGeometry
     // This step's copies (this thread's) are done; the barrier makes everyone's
     // visible (and W, the first time), and tells that every warp finished the
     // previous step, whose buffer the next copy reuses.
-    wait_for_tile(g.stages);
+    wait_oldest_tile(g.stages);
     __syncthreads();
     const int ahead = step + g.stages - 1;
     if (ahead < steps) load_tile(ahead, ahead % g.stages);
@@ -309,21 +297,10 @@ struct LaunchContext {
 
 template <typename T, int kMaxFragments>
 cudaError_t launch_kernel(const LaunchContext& c) {
-  const auto kernel = pointwise_mma_nhwc<T, kMaxFragments>;
+  constexpr auto kernel = pointwise_mma_nhwc<T, kMaxFragments>;
   const PointwisePlan& plan = *c.plan;
   if (plan.shared_bytes > kDefaultSharedLimit) {
-    // Above 48 KB a kernel must opt in, per device; allowing the GPU's whole
-    // opt-in limit once serves every later shape (it grants, it reserves nothing).
-    cudaError_t allowed = cudaSuccess;
-    auto allow = [&] {
-      allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.traits.shared_optin);
-    };
-    if (c.device >= 0 && c.device < kMaxCachedDevices) {
-      static std::once_flag done[kMaxCachedDevices];
-      std::call_once(done[c.device], allow);
-    } else {
-      allow();
-    }
+    const cudaError_t allowed = allow_all_shared<kernel>(c.device, c.traits);
     if (allowed != cudaSuccess) return allowed;
   }
   // As many blocks as are resident at once and no more (no partial second
