@@ -1,7 +1,8 @@
 // What a kernel's launch needs to know of the GPU it runs on, read once per
 // device: the queries are cheap, but a launch should not pay them every time.
-// Shared by the tensor-core kernels (grouped_mma.cu, gemm_filter.cu, depthwise.cu); inline,
-// so every kernel file sees the same per-device cache.
+// Shared by the tensor-core kernels (grouped_mma.cu, gemm_filter.cu,
+// depthwise.cu, pointwise_mma.cu, pointwise_filter.cu); inline, so every
+// kernel file sees the same per-device cache.
 #pragma once
 
 #include <cuda_runtime.h>
