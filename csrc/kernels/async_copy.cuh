@@ -8,6 +8,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace torch_cudnn_algo::kernels {
 namespace {  // internal linkage: each including translation unit has its own copy
 
@@ -34,6 +36,22 @@ __device__ __forceinline__ void wait_copies() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 #endif
+}
+
+// Copies `rows` rows of `row_vectors` 16-byte vectors each, contiguous at
+// `from` (a tile of a dense row-major array), into shared rows `ld` elements
+// apart at `to`, thread `thread` of `threads` taking every threads-th vector in
+// memory order; rows from `rows_left` on are zero-filled (`valid`: any
+// readable address, read by none).
+template <typename T>
+__device__ __forceinline__ void copy_rows_or_zero(T* to, int ld, const T* from, int64_t rows_left, int rows,
+                                                  int row_vectors, const T* valid, int thread, int threads) {
+  constexpr int kElements = 16 / sizeof(T);
+  for (int v = thread; v < rows * row_vectors; v += threads) {
+    const int row = v / row_vectors, column = (v - row * row_vectors) * kElements;
+    const bool live = row < rows_left;
+    copy_16_or_zero(to + row * ld + column, live ? from + static_cast<int64_t>(v) * kElements : valid, live);
+  }
 }
 
 // In a pipeline of `stages` tiles (2 to 4), each tile's copies one committed

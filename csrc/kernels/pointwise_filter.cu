@@ -149,27 +149,17 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocks)
   const int64_t end_tile = g.tiles - first_tile < g.tiles_per_block ? g.tiles : first_tile + g.tiles_per_block;
   const int steps = end_tile > first_tile ? static_cast<int>(end_tile - first_tile) : 0;
 
-  // Copies tile `step` of this block into buffer `buffer`: vector v of a
-  // tile's contiguous run is pixel v / (vectors a pixel); pixels past the last
-  // are zero (x and dy both: their product adds nothing).
-  const int x_vectors = g.c / kVector, dy_vectors = g.k / kVector;
+  // Copies tile `step` of this block (a contiguous run of x and one of dy)
+  // into buffer `buffer`, a pixel a row; pixels past the last are zero (x and
+  // dy both: their product adds nothing).
   auto load_tile = [&](int step, int buffer) {
     T* const to_x = staged + buffer * stage_elements;
     T* const to_dy = to_x + kTilePixels * g.x_ld;
     const int64_t pixel0 = (first_tile + step) * kTilePixels;
     const int64_t pixels_left = g.pixels - pixel0;
-    for (int v = thread; v < kTilePixels * x_vectors; v += kThreads) {
-      const int pixel = v / x_vectors, column = (v - pixel * x_vectors) * kVector;
-      const bool live = pixel < pixels_left;
-      copy_16_or_zero(to_x + pixel * g.x_ld + column, live ? x + (pixel0 * g.c + static_cast<int64_t>(v) * kVector) : x,
-                      live);
-    }
-    for (int v = thread; v < kTilePixels * dy_vectors; v += kThreads) {
-      const int pixel = v / dy_vectors, column = (v - pixel * dy_vectors) * kVector;
-      const bool live = pixel < pixels_left;
-      copy_16_or_zero(to_dy + pixel * g.dy_ld + column,
-                      live ? dy + (pixel0 * g.k + static_cast<int64_t>(v) * kVector) : dy, live);
-    }
+    copy_rows_or_zero(to_x, g.x_ld, x + pixel0 * g.c, pixels_left, kTilePixels, g.c / kVector, x, thread, kThreads);
+    copy_rows_or_zero(to_dy, g.dy_ld, dy + pixel0 * g.k, pixels_left, kTilePixels, g.k / kVector, dy, thread,
+                      kThreads);
   };
 
   for (int stage = 0; stage < g.stages - 1; ++stage) {

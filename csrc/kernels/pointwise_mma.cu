@@ -189,21 +189,14 @@ __global__ void __launch_bounds__(kThreads) pointwise_mma_nhwc(PointwiseGeometry
   const int64_t end_tile = g.tiles - first_tile < g.tiles_per_block ? g.tiles : first_tile + g.tiles_per_block;
   const int steps = end_tile > first_tile ? static_cast<int>(end_tile - first_tile) : 0;
 
-  // Copies tile `step` of this block into A buffer `buffer`: vector v of the
-  // tile's contiguous run of src is row v / row_vectors of the buffer; rows
-  // past the last pixel are zero.
-  const int row_vectors = g.src_c / kVector;
-  const int tile_vectors = kTileRows * row_vectors;
+  // Copies tile `step` of this block (a contiguous run of src) into A buffer
+  // `buffer`, a pixel a row; rows past the last pixel are zero.
   auto load_tile = [&](int step, int buffer) {
     T* const to = staged_a + buffer * kTileRows * g.a_ld;
     const int64_t row0 = (first_tile + step) * kTileRows;
     const int64_t rows_left = g.pixels - row0;
-    const T* const from = source + row0 * g.src_c;
-    for (int v = thread; v < tile_vectors; v += kThreads) {
-      const int row = v / row_vectors, column = (v - row * row_vectors) * kVector;
-      const bool live = row < rows_left;
-      copy_16_or_zero(to + row * g.a_ld + column, live ? from + static_cast<int64_t>(v) * kVector : source, live);
-    }
+    copy_rows_or_zero(to, g.a_ld, source + row0 * g.src_c, rows_left, kTileRows, g.src_c / kVector, source, thread,
+                      kThreads);
   };
 
   // Every stage commits a group, empty or not, so that "the group of step i"
