@@ -75,7 +75,8 @@ CASES = [
     # fp16/bf16 channels_last, all three directions: 40 input channels are padded to the mma's K of
     # 48; 144 output channels take the forward kernel's widest instance (20 fragments) and split the
     # filter gradient's 27 fragments over two warp groups; 16 to 96 is EfficientNet's expansion.
-    # Pixel counts leave a partial last tile of 128.
+    # The filter gradient of 16 to 24 runs the GEMM filter kernel instead (dy with 24 to 64
+    # channels), the others the streaming one. Pixel counts leave a partial last tile of 128.
     form("pointwise16_to_24", 3, 16, 24, (9, 11), (1, 1)),
     form("pointwise40_to_8", 2, 40, 8, (7, 5), (1, 1)),
     form("pointwise24_to_144", 2, 24, 144, (13, 10), (1, 1)),
