@@ -8,7 +8,8 @@
 // pointwise_mma.cu, pointwise_filter.cu, gemm_filter.cu, each emulated on
 // its own) are stubbed out here as not
 // applying, so every case runs the general kernels, which serve every shape
-// those do not take.
+// those do not take; check_filter_choice alone lets the two tensor-core filter
+// kernels claim 1x1 shapes, to check which of them the dispatch runs.
 // Build and run: tests/emulation/run direct [thorough] [asan]; tests/test_kernel_emulation.py runs it.
 #include DIRECT_CONV_EMU_INC
 
@@ -42,19 +43,29 @@ int launch_pointwise_mma(const DirectConvShape&, DirectDType, DirectDirection, i
                          CUstream_st*) {
   emu_fail("launch_pointwise_mma called although pointwise_mma_applies refused");
 }
-bool pointwise_filter_fits(const DirectConvShape&, DirectDType, DirectDirection) { return false; }
-bool pointwise_filter_applies(const DirectConvShape&, DirectDType, DirectDirection, bool) { return false; }
-size_t pointwise_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
-int launch_pointwise_filter(const DirectConvShape&, DirectDType, int, const void*, const void*, void*, void*,
-                            CUstream_st*) {
-  emu_fail("launch_pointwise_filter called although pointwise_filter_applies refused");
+// While set (check_filter_choice), both tensor-core filter kernels claim every
+// 1x1 shape, and their launches record which ran instead of computing.
+bool filter_kernels_claim_1x1 = false;
+const char* filter_kernel_ran = nullptr;
+bool claimed(const DirectConvShape& s) { return filter_kernels_claim_1x1 && s.r == 1 && s.s == 1; }
+int record_filter_kernel(const DirectConvShape& s, const char* kernel) {
+  if (!claimed(s)) emu_fail(kernel);
+  filter_kernel_ran = kernel;
+  return 0;
 }
-bool gemm_filter_fits(const DirectConvShape&, DirectDType, DirectDirection) { return false; }
-bool gemm_filter_applies(const DirectConvShape&, DirectDType, DirectDirection, bool, bool) { return false; }
+bool pointwise_filter_fits(const DirectConvShape& s, DirectDType, DirectDirection) { return claimed(s); }
+bool pointwise_filter_applies(const DirectConvShape& s, DirectDType, DirectDirection, bool) { return claimed(s); }
+size_t pointwise_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
+int launch_pointwise_filter(const DirectConvShape& s, DirectDType, int, const void*, const void*, void*, void*,
+                            CUstream_st*) {
+  return record_filter_kernel(s, "launch_pointwise_filter");
+}
+bool gemm_filter_fits(const DirectConvShape& s, DirectDType, DirectDirection) { return claimed(s); }
+bool gemm_filter_applies(const DirectConvShape& s, DirectDType, DirectDirection, bool, bool) { return claimed(s); }
 size_t gemm_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
-int launch_gemm_filter(const DirectConvShape&, DirectDType, int, const void*, const void*, void*, void*,
+int launch_gemm_filter(const DirectConvShape& s, DirectDType, int, const void*, const void*, void*, void*,
                        CUstream_st*) {
-  emu_fail("launch_gemm_filter called although gemm_filter_applies refused");
+  return record_filter_kernel(s, "launch_gemm_filter");
 }
 }  // namespace torch_cudnn_algo::kernels
 
@@ -177,6 +188,29 @@ Case mk(const std::string& name, int64_t n, int64_t c, int64_t h, int64_t w, int
   return Case{name, n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, groups};
 }
 
+// Where both tensor-core filter kernels take a 1x1 filter gradient, the
+// dispatch runs the GEMM one when dy has 24 to 64 channels (it was faster
+// there on an H100), the streaming one otherwise.
+void check_filter_choice() {
+  tk::filter_kernels_claim_1x1 = true;
+  for (const int64_t k : {8, 16, 24, 64, 72, 144}) {
+    const DirectConvShape s = shape_of(mk("", 2, 16, 8, 8, k, 1, 1, 1, 1, 0, 0, 1, 1, 1),
+                                       Variant{true, true, false, false, 4});
+    const tk::DirectLaunch l = tk::prepare_direct_conv(s, tk::DirectDType::kHalf, DirectDirection::kBackwardFilter, 4);
+    std::vector<__half> x(s.n * s.c * s.h * s.w), dy(s.n * s.k * s.p * s.q), dw(s.k * s.c);
+    tk::filter_kernel_ran = nullptr;
+    const int code = l.refusal.empty() ? tk::launch_direct_conv(l, x.data(), dy.data(), dw.data(), nullptr, nullptr)
+                                       : -1;
+    const char* const expected = k > 16 && k <= 64 ? "launch_gemm_filter" : "launch_pointwise_filter";
+    const bool ok = code == 0 && tk::filter_kernel_ran != nullptr && std::strcmp(tk::filter_kernel_ran, expected) == 0;
+    std::printf("%s filter choice: 1x1 16->%ld: %s\n", ok ? "ok  " : "FAIL", static_cast<long>(k),
+                tk::filter_kernel_ran ? tk::filter_kernel_ran : "neither");
+    ++runs;
+    if (!ok) ++failures;
+  }
+  tk::filter_kernels_claim_1x1 = false;
+}
+
 template <typename T>
 void run_all_directions(const Case& t, const Variant& v) {
   for (int direction = 0; direction < 3; ++direction) run<T>(t, direction, v);
@@ -244,6 +278,8 @@ int main(int argc, char** argv) {
   uneven.groups = 4;
   expect_refusal("6 channels in 4 groups", uneven, DirectDirection::kBackwardFilter,
                  "channels do not divide into the groups");
+
+  check_filter_choice();
 
   for (const auto& [name, count] : emu_notes) std::printf("ran %s x%ld\n", name.c_str(), count);
   std::printf(failures ? "%d FAILURES in %d runs\n" : "ALL PASS (%d failures, %d runs)\n", failures, runs);
