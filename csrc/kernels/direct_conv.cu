@@ -456,18 +456,22 @@ cudaError_t launch_typed(const DirectConvShape& s, DirectDirection direction, bo
   const T* tb = static_cast<const T*>(b);
   T* to = static_cast<T*>(out);
   if (direction == DirectDirection::kBackwardFilter) {
-    const bool gemm_applies =
-        gemm_filter && gemm_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(a) % 16 == 0,
-                                           reinterpret_cast<uintptr_t>(b) % 16 == 0);
+    // gemm_filter_applies plans the shape on every call: asked once at most.
+    const auto gemm_applies = [&] {
+      return gemm_filter && gemm_filter_applies(s, dtype_of<T>(), direction, reinterpret_cast<uintptr_t>(a) % 16 == 0,
+                                                reinterpret_cast<uintptr_t>(b) % 16 == 0);
+    };
     // Of the two tensor-core filter kernels, the GEMM one is faster on 1x1
     // layers whose dy has 24 to 64 channels (the streaming kernel took
-    // 1.25-1.8x its time there), the streaming one elsewhere (1.15-5.6x
-    // faster): H100, benchmarks/results/kernels-h100-2026-12-07-ab.md.
-    const bool gemm_faster = gemm_applies && s.k > 16 && s.k <= 64;
-    if (!gemm_faster && pointwise_filter_applies(s, dtype_of<T>(), direction, aligned))
+    // 1.25-1.8x its time there), so it is asked first there; the streaming
+    // one elsewhere (1.15-5.6x faster): H100,
+    // benchmarks/results/kernels-h100-2026-12-07-ab.md.
+    const bool gemm_first = s.k > 16 && s.k <= 64;
+    const bool gemm_taken = gemm_first && gemm_applies();
+    if (!gemm_taken && pointwise_filter_applies(s, dtype_of<T>(), direction, aligned))
       return static_cast<cudaError_t>(
           launch_pointwise_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
-    if (gemm_applies)
+    if (gemm_taken || (!gemm_first && gemm_applies()))
       return static_cast<cudaError_t>(launch_gemm_filter(s, dtype_of<T>(), sm_count, a, b, out, workspace, stream));
     using Acc = typename AccOf<T>::type;
     const FilterLaunch l = filter_launch(s, dtype_of<T>(), vec, sm_count);

@@ -48,8 +48,8 @@ int launch_pointwise_mma(const DirectConvShape&, DirectDType, DirectDirection, i
 bool filter_kernels_claim_1x1 = false;
 const char* filter_kernel_ran = nullptr;
 bool claimed(const DirectConvShape& s) { return filter_kernels_claim_1x1 && s.r == 1 && s.s == 1; }
-int record_filter_kernel(const DirectConvShape& s, const char* kernel) {
-  if (!claimed(s)) emu_fail(kernel);
+int record_filter_kernel(const DirectConvShape& s, const char* kernel, const char* unclaimed) {
+  if (!claimed(s)) emu_fail(unclaimed);
   filter_kernel_ran = kernel;
   return 0;
 }
@@ -58,14 +58,16 @@ bool pointwise_filter_applies(const DirectConvShape& s, DirectDType, DirectDirec
 size_t pointwise_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
 int launch_pointwise_filter(const DirectConvShape& s, DirectDType, int, const void*, const void*, void*, void*,
                             CUstream_st*) {
-  return record_filter_kernel(s, "launch_pointwise_filter");
+  return record_filter_kernel(s, "launch_pointwise_filter",
+                              "launch_pointwise_filter called although pointwise_filter_applies refused");
 }
 bool gemm_filter_fits(const DirectConvShape& s, DirectDType, DirectDirection) { return claimed(s); }
 bool gemm_filter_applies(const DirectConvShape& s, DirectDType, DirectDirection, bool, bool) { return claimed(s); }
 size_t gemm_filter_workspace_bytes(const DirectConvShape&, DirectDType, int) { return 0; }
 int launch_gemm_filter(const DirectConvShape& s, DirectDType, int, const void*, const void*, void*, void*,
                        CUstream_st*) {
-  return record_filter_kernel(s, "launch_gemm_filter");
+  return record_filter_kernel(s, "launch_gemm_filter",
+                              "launch_gemm_filter called although gemm_filter_applies refused");
 }
 }  // namespace torch_cudnn_algo::kernels
 
